@@ -1,0 +1,61 @@
+"""Locating the shipped data files and verifying them against ``data/SHA256SUMS``."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+DATA_ENV = "FEDCOMPANION_DATA"
+
+
+class DataError(RuntimeError):
+    """A data file is missing, corrupted, or cannot be downloaded."""
+
+
+def data_dir() -> Path:
+    """The folder holding the shipped data: ``$FEDCOMPANION_DATA`` or the repository's ``data/``."""
+    if DATA_ENV in os.environ:
+        return Path(os.environ[DATA_ENV])
+    return Path(__file__).resolve().parents[3] / "data"
+
+
+def cache_dir() -> Path:
+    """A writable, git-ignored folder for derived files (decompressed MNIST, downloads)."""
+    root = Path(os.environ.get("FEDCOMPANION_CACHE", data_dir().parent / "build" / "cache"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    sums = folder / "SHA256SUMS"
+    if not sums.exists():
+        raise DataError(f"{sums} is missing; restore it with `git checkout -- data/SHA256SUMS`.")
+    pairs = (line.split() for line in sums.read_text().splitlines() if line.strip())
+    return {name: digest for digest, name in pairs}
+
+
+@functools.cache
+def _verified(path: Path, expected: str, mtime: float) -> None:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != expected:
+        raise DataError(
+            f"{path} is corrupted (sha256 {digest[:12]}..., expected {expected[:12]}...). "
+            "Restore it with `git checkout -- data/` (or copy it again from the release)."
+        )
+
+
+def verified_path(relative: str) -> Path:
+    """Return the path of a shipped file after checking its SHA-256 (checked once per process)."""
+    folder = data_dir()
+    path = folder / relative
+    expected = _checksums(folder).get(relative)
+    if expected is None:
+        raise DataError(f"{relative} is not listed in {folder / 'SHA256SUMS'}.")
+    if not path.exists():
+        raise DataError(
+            f"data file {path} is missing. Restore it with `git checkout -- data/`, or point "
+            f"${DATA_ENV} at a folder holding the project's data/ layout."
+        )
+    _verified(path, expected, path.stat().st_mtime)
+    return path

@@ -1,0 +1,65 @@
+"""The models of the three papers' experiments, as plain ``torch.nn`` modules.
+
+The engine treats a model only as a template: its parameters are handled as one flat vector and
+the module is called through ``torch.func.functional_call``.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .validation import check_choice, check_number
+
+
+def linear_model(in_features: int, outputs: int = 1, bias: bool = True) -> nn.Module:
+    """x -> W x + b: least squares (1 output, no bias), logistic regression (1 output, binary) or
+    multinomial logistic regression (``outputs`` classes)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_features, outputs, bias=bias))
+
+
+def mlp(in_features: int, hidden: tuple[int, ...] = (200, 200), num_classes: int = 10) -> nn.Module:
+    """Fully connected ReLU network, e.g. 784-200-200-10 (FedVRA-style) or 784-128-64-10 (AdaFedAdam)."""
+    layers: list[nn.Module] = [nn.Flatten()]
+    sizes = (in_features, *hidden)
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    layers.append(nn.Linear(sizes[-1], num_classes))
+    return nn.Sequential(*layers)
+
+
+def mnist_cnn(num_classes: int = 10) -> nn.Module:
+    """A small CNN for 1x28x28 inputs: conv5(16)-pool-conv5(32)-pool-fc128-fc (about 0.2M parameters)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, num_classes),
+    )  # fmt: skip
+
+
+def cifar_cnn(num_classes: int = 10) -> nn.Module:
+    """The AdaFedAdam code's CIFAR-10 CNN: three 3x3 conv layers (64/128/256) with pooling, FC 512."""
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(256 * 4 * 4, 512), nn.ReLU(), nn.Linear(512, num_classes),
+    )  # fmt: skip
+
+
+MODELS = ("linear", "logistic", "mlp", "cnn", "cifar_cnn")
+
+
+def make_model(name: str, in_features: int, num_classes: int, **kwargs) -> nn.Module:
+    """Build a model by name for data with ``in_features`` inputs and ``num_classes`` classes."""
+    check_choice("model", name, MODELS)
+    if name == "linear":
+        return linear_model(in_features, 1, bias=False)
+    if name == "logistic":
+        return linear_model(in_features, 1 if num_classes == 2 else num_classes)
+    if name == "mlp":
+        hidden = tuple(kwargs.get("hidden", (200, 200)))
+        for h in hidden:
+            check_number("hidden layer size", h, low=1, integer=True)
+        return mlp(in_features, hidden, num_classes)
+    if name == "cnn":
+        return mnist_cnn(num_classes)
+    return cifar_cnn(num_classes)

@@ -1,0 +1,69 @@
+"""Helpers for the parameterised notebooks: the smoke profile and typed, named parameter errors."""
+from __future__ import annotations
+
+import numbers
+from pathlib import Path
+from types import SimpleNamespace
+
+from .validation import ConfigError
+
+PROFILES = ("paper", "smoke")
+
+
+def resolve_parameters(profile: str, smoke: dict, **given) -> SimpleNamespace:
+    """Check the notebook's parameters and apply the smoke profile.
+
+    ``given`` are the values of the notebook's ``parameters`` cell (paper-scale defaults, or what
+    papermill injected). ``smoke`` holds the small values of the smoke profile for *every*
+    parameter and so doubles as the type specification: a given value whose type differs from
+    the smoke value's (an int is accepted for a float) raises :class:`ConfigError` naming it.
+    With ``profile='smoke'`` the smoke values replace the given ones.
+    """
+    if profile not in PROFILES:
+        raise ConfigError(f"notebook parameter 'profile' must be one of {list(PROFILES)}, got {profile!r}")
+    missing = sorted(set(given) - set(smoke))
+    if missing:
+        raise ConfigError(f"the smoke profile has no value for {missing}")
+    for name, value in given.items():
+        expected = smoke[name]
+        if not _same_kind(value, expected):
+            raise ConfigError(
+                f"notebook parameter {name!r} must be {_kind(expected)}, "
+                f"got {value!r} ({type(value).__name__})"
+            )
+    values = dict(given, **smoke) if profile == "smoke" else dict(given)
+    return SimpleNamespace(profile=profile, **values)
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "a bool (True or False)"
+    if isinstance(value, numbers.Integral):
+        return "an int"
+    if isinstance(value, numbers.Real):
+        return "a number"
+    return f"a {type(value).__name__}"
+
+
+def _same_kind(value, expected) -> bool:
+    if isinstance(expected, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(expected, bool)
+    if isinstance(expected, numbers.Integral):
+        return isinstance(value, numbers.Integral)
+    if isinstance(expected, numbers.Real):
+        return isinstance(value, numbers.Real)
+    if isinstance(expected, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(expected))
+
+
+def project_path(path: str) -> Path:
+    """A relative ``path`` is taken from the repository root (where ``pyproject.toml`` is), so a
+    notebook writes to the same ``results/`` and ``figures/`` whether JupyterLab or papermill runs it."""
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    root = Path(__file__).resolve().parents[2]
+    return (root if (root / "pyproject.toml").exists() else Path.cwd()) / p

@@ -1,0 +1,40 @@
+"""Early, named validation of user input (in the spirit of ``torch.optim``).
+
+Every public entry point checks its arguments here so that a bad value fails at once with a
+message that names the parameter and the allowed values, never deep inside a training loop.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+
+
+class ConfigError(ValueError):
+    """A parameter is outside its allowed range or of the wrong type."""
+
+
+def check_number(name: str, value, *, low=None, high=None, low_open=False, integer=False):
+    """Return ``value`` if it is a (real or integer) number within [low, high]; else raise.
+
+    ``low_open=True`` makes the lower bound strict, e.g. a learning rate must be > 0.
+    """
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        what = "an integer" if integer else "a number"
+        raise ConfigError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    too_low = low is not None and (value <= low if low_open else value < low)
+    if too_low or (high is not None and value > high):
+        parts = [f"> {low}" if low_open else f">= {low}"] if low is not None else []
+        parts += [f"<= {high}"] if high is not None else []
+        raise ConfigError(f"{name} must be {' and '.join(parts)}, got {value!r}")
+    if not integer and value != value:  # NaN
+        raise ConfigError(f"{name} must be a finite number, got NaN")
+    return value
+
+
+def check_choice(name: str, value, choices: Iterable):
+    """Return ``value`` if it is one of ``choices``; else raise naming the allowed values."""
+    choices = list(choices)
+    if value not in choices:
+        raise ConfigError(f"unknown {name} {value!r}; choose one of {sorted(map(str, choices))}")
+    return value

@@ -1,0 +1,57 @@
+"""Configs, the results cache, sweeps that resume and survive a diverging run."""
+import json
+
+import pytest
+
+from fedcompanion.experiments import ExperimentConfig, is_cached, load_params, sweep
+from fedcompanion.validation import ConfigError
+
+
+def _cfg(**kw):
+    base = dict(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="fedavg",
+                rounds=3, clients_per_round=2, lr=0.05, local=dict(steps=2, batch_size=None))
+    return ExperimentConfig(**(base | kw))
+
+
+def test_hash_is_stable_and_ignores_label():
+    assert _cfg().hash() == _cfg(label="other name").hash()
+    assert _cfg().hash() != _cfg(seed=1).hash()
+    assert _cfg().hash() != _cfg(hyperparameters={"server_lr": 0.5}).hash()
+
+
+def test_sweep_caches_resumes_and_records_divergence(tmp_path):
+    good, bad = _cfg(label="good"), _cfg(lr=80.0, rounds=40, label="bad")
+    frame = sweep([good, bad], tmp_path, jobs=1, progress=False)
+    assert set(frame.status) == {"ok", "diverged"}
+    meta = json.loads((tmp_path / f"{bad.hash()}.json").read_text())
+    assert meta["status"] == "diverged" and meta["diverged_round"] >= 1
+    assert not list(tmp_path.glob("*.tmp")), "writes are atomic: no temp files remain"
+    # a second sweep reads the cache: the stored files are not rewritten
+    stamp = (tmp_path / f"{good.hash()}.csv").stat().st_mtime_ns
+    extra = _cfg(seed=5)
+    again = sweep([good, bad, extra], tmp_path, jobs=1, progress=False)
+    assert (tmp_path / f"{good.hash()}.csv").stat().st_mtime_ns == stamp
+    assert is_cached(extra, tmp_path) and set(again.label) == {"good", "bad", "fedavg"}
+    assert load_params(good, tmp_path).shape == (3,)
+
+
+def test_sweep_in_parallel_processes_matches_serial(tmp_path):
+    configs = [_cfg(seed=s) for s in range(2)]
+    serial = sweep(configs, tmp_path / "a", jobs=1, progress=False)
+    parallel = sweep(configs, tmp_path / "b", jobs=2, progress=False)
+    keep = serial.metric != "compute_time"
+    assert serial[keep].reset_index(drop=True).equals(parallel[keep].reset_index(drop=True))
+
+
+def test_bad_config_fails_before_running(tmp_path):
+    with pytest.raises(ConfigError, match="unknown algorithm"):
+        sweep([_cfg(), _cfg(algorithm="fedsgd")], tmp_path)
+    with pytest.raises(ConfigError, match="unknown task"):
+        sweep([_cfg(task="imagenet")], tmp_path)
+    assert not list(tmp_path.glob("*.csv")), "nothing ran"
+
+
+def test_optimum_tracking_on_convex_task(tmp_path):
+    frame = sweep([_cfg(track_optimum=True, rounds=5)], tmp_path, jobs=1, progress=False)
+    sub = frame[frame.metric == "suboptimality"].value
+    assert (sub >= -1e-12).all() and sub.iloc[-1] < sub.iloc[0]

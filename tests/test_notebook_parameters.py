@@ -1,0 +1,31 @@
+import pytest
+
+from fedcompanion.notebook import resolve_parameters
+from fedcompanion.validation import ConfigError
+
+SMOKE = dict(rounds=2, lr=0.1, seeds=[0], refresh=False, results_dir="build/x")
+
+
+def test_smoke_profile_replaces_values():
+    p = resolve_parameters("smoke", SMOKE, rounds=200, lr=0.05, seeds=[0, 1, 2], refresh=False, results_dir="r")
+    assert (p.rounds, p.lr, p.seeds) == (2, 0.1, [0])
+    p = resolve_parameters("paper", SMOKE, rounds=200, lr=1, seeds=[0, 1, 2], refresh=True, results_dir="r")
+    assert (p.rounds, p.lr, p.refresh) == (200, 1, True)  # an int is fine for a float
+
+
+@pytest.mark.parametrize("name,value,match", [
+    ("rounds", "10", "'rounds' must be an int, got '10'"),
+    ("rounds", 2.5, "'rounds' must be an int"),
+    ("lr", "0.1", "'lr' must be a number"),
+    ("refresh", 1, "'refresh' must be a bool"),
+    ("seeds", 3, "'seeds' must be a list"),
+])
+def test_wrong_types_are_named(name, value, match):
+    given = dict(rounds=200, lr=0.05, seeds=[0], refresh=False, results_dir="r") | {name: value}
+    with pytest.raises(ConfigError, match=match):
+        resolve_parameters("paper", SMOKE, **given)
+
+
+def test_unknown_profile():
+    with pytest.raises(ConfigError, match="'profile' must be one of"):
+        resolve_parameters("fast", SMOKE)

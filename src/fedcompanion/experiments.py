@@ -47,6 +47,7 @@ class ExperimentConfig:
         algorithm, hyperparameters: ``fedcompanion.make(algorithm, **hyperparameters)``.
         local: keyword arguments of :class:`~fedcompanion.engine.LocalWork`.
         track_optimum: record ``suboptimality`` F(x) - F* and ``distance_to_optimum`` (convex tasks).
+        engine: ``batched`` (default: fast) or ``loop`` (the readable reference; same numbers).
         label: a display name; not part of the hash.
     """
 
@@ -63,7 +64,7 @@ class ExperimentConfig:
     per_client_metrics: bool = True
     track_optimum: bool = False
     seed: int = 0
-    engine: str = "loop"
+    engine: str = "batched"
     label: str = ""
 
     def key(self) -> dict:

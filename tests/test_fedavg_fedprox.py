@@ -1,6 +1,5 @@
 """FedAvg and FedProx against exact answers."""
 import numpy as np
-import pytest
 import torch
 
 import fedcompanion as fc

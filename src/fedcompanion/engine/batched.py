@@ -78,26 +78,30 @@ def train_batched(task, objective: LocalObjective, clients, *, seed: int, round:
     steps = objective.steps[order]
     rows, weights = _batches(task, clients[order], steps, seed, round, batch_size)
     params = {n: p.contiguous() for n, p in task.unflatten(objective.start[order]).items()}
-    anchor = task.unflatten(objective.anchor[order])
-    linear = None if objective.linear is None else task.unflatten(objective.linear[order])
     lr, scale, prox = objective.lr[order], objective.scale[order], objective.prox[order]
     use_scale, use_prox = bool((scale != 1).any()), bool((prox != 0).any())
+    # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
+    offset = None
+    if objective.linear is not None or use_prox:
+        offset = torch.zeros_like(objective.start) if objective.linear is None else objective.linear.clone()
+        if use_prox:
+            offset -= objective.prox[:, None] * objective.anchor
+        offset = task.unflatten(offset[order])
     for t in range(int(steps[0])):
         n = int((steps > t).sum())  # the clients still working: a prefix
         live = {name: p[:n] for name, p in params.items()}
         grads, _ = _layer_grads(task, live, task.x_all[rows[:n, t]], task.y_all[rows[:n, t]], weights[:n, t])
         if t == 0:  # store every [K, ...] tensor in the memory layout autograd gives the gradients
-            params, anchor = _relayout(params, grads), _relayout(anchor, grads) if use_prox else anchor
-            linear = None if linear is None else _relayout(linear, grads)
-            live = params
+            params = live = _relayout(params, grads)
+            offset = None if offset is None else _relayout(offset, grads)
         for name, p in live.items():
             d = grads[name]
             if use_scale:
                 d.mul_(_per_client(scale[:n], d))
-            if linear is not None:
-                d.add_(linear[name][:n])
-            if use_prox:
-                d.addcmul_(_per_client(prox[:n], d), p - anchor[name][:n])
+            if offset is not None:
+                d.add_(offset[name][:n])
+            if use_prox:  # x - eta (d + rho x) = (1 - eta rho) x - eta d
+                p.mul_(_per_client(1 - lr[:n] * prox[:n], p))
             p.sub_(d.mul_(_per_client(lr[:n], d)))  # in place: p is a view of params
     x = torch.cat([p.flatten(1) for p in params.values()], dim=1)
     out = torch.empty_like(x)

@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..validation import check_choice, check_number
+from ..validation import ConfigError, check_choice, check_number
 from .local import RoundInfo, probe_loop, train_loop
 from .sampling import make_sampler
 from .schedule import LocalWork
@@ -82,6 +82,11 @@ def run(
         extra_metrics: name -> function of the global model, recorded at each evaluation.
         init: initial global model (default: the model's initialisation under ``seed``).
     """
+    if not hasattr(algorithm, "local_objective"):
+        raise ConfigError(
+            f"{algorithm.name} runs full-batch with its own solver: use "
+            f"fc.make({algorithm.name!r}, ...).solve(task, iterations) instead of fc.run"
+        )
     check_number("rounds", rounds, low=1, integer=True)
     check_number("lr", lr, low=0.0, low_open=True)
     check_number("seed", seed, low=0, integer=True)

@@ -70,7 +70,7 @@ def test_iceadmm_step_is_the_closed_form(lsq20):
     r = b.lipschitz()
     sigma = algo.penalties(b, r)
     gen = torch.Generator().manual_seed(1)
-    x, pi = torch.randn(20, 30, generator=gen, dtype=torch.float64), torch.randn(20, 30, generator=gen, dtype=torch.float64)
+    x, pi = (torch.randn(20, 30, generator=gen, dtype=torch.float64) for _ in range(2))
     y = torch.randn(30, generator=gen, dtype=torch.float64)
     for i in (0, 7, 19):  # r_i by a dense eigendecomposition of A_i^T A_i / d_i
         a, _ = lsq20.client_data(i)

@@ -238,7 +238,7 @@ def from_client_arrays(
     if (sizes == 0).any():
         raise ValueError(f"clients {torch.nonzero(sizes == 0).flatten().tolist()} hold no data")
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
-    w = sizes.double() / sizes.sum() if weights == "size" else torch.full((len(sizes),), 1 / len(sizes), dtype=torch.float64)
+    w = sizes.double() / sizes.sum() if weights == "size" else torch.ones(len(sizes), dtype=torch.float64) / len(sizes)
     if test is not None:
         test = ArrayDataset(test.x.to(dtype), test.y.to(ydtype), test.num_classes)
     return Task(name, model, loss, x_all, y_all, offsets, w, l2, test, dtype)

@@ -20,7 +20,8 @@ Local updates:
 
 * **exact** (Algorithm 2 with k0 = 1, **CEADMM** Algorithm 3): solve
   :math:`w_i\nabla f_i(x_i) + \pi_i^k + \sigma_i(x_i - y^{k+1}) = 0` (least squares: the system
-  matrix is Cholesky-factored and inverted once, then each solve is one batched product; l2-logistic: batched Newton-CG to a gradient norm of ``tol_local``).
+  matrix is Cholesky-factored and inverted once, then each solve is one batched product;
+  l2-logistic: batched Newton-CG to a gradient norm of ``tol_local``).
 * **linearised at the server point** (H_i = 0, **LIADMM** Algorithm 4; with sigma_i = w_i/gamma):
   :math:`x_i^{k+1} = y^{k+1} - \gamma\nabla f_i(y^{k+1}) - \frac{\gamma}{w_i}\pi_i^k`.
   Without multipliers this is the paper's **FL** (Algorithm 1):

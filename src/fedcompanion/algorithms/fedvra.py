@@ -20,7 +20,8 @@ so a client uploads one vector :math:`\Delta_i` and one scalar :math:`a_i^r`; th
 clients. :math:`a` is the adaptive dual stepsize (0 removes the variance-reduction correction) and
 :math:`d` the aggregation stepsize (:math:`d_i^r = 1/p_i^r` makes the expected start point the
 model average). ``server_update="direct"`` instead applies eq. (10),
-:math:`x_0^{r+1} = x_0^r + \beta\sum_{i=1}^N w_i d_i^r\gamma_i(x_i^{r+1} - x_0^r) - \beta\sum_{i=1}^N w_i\lambda_i^{r+1}`
+:math:`x_0^{r+1} = x_0^r + \beta\sum_{i=1}^N w_i d_i^r\gamma_i(x_i^{r+1} - x_0^r)
+- \beta\sum_{i=1}^N w_i\lambda_i^{r+1}`
 with :math:`x_i^{r+1} = x_0^r` for inactive clients, which needs every :math:`\lambda_i` at the
 server (two uploaded vectors); the two are equal, which the tests check.
 
@@ -31,7 +32,8 @@ FedVRA with a = d = 1.
 
 **FedDyn** (Acar et al., ICLR 2021), written as in its paper: local step on
 :math:`f_i(x) - \langle\nabla_i, x\rangle + \frac{\alpha}{2}\|x - x_0\|^2`, then
-:math:`\nabla_i \leftarrow \nabla_i - \alpha(x_i - x_0)`, :math:`h \leftarrow h - \frac{\alpha}{N}\sum_{i\in A}(x_i - x_0)`,
+:math:`\nabla_i \leftarrow \nabla_i - \alpha(x_i - x_0)`,
+:math:`h \leftarrow h - \frac{\alpha}{N}\sum_{i\in A}(x_i - x_0)`,
 :math:`x_0 = \frac{1}{|A|}\sum_{i\in A} x_i - \frac{1}{\alpha}h`. It equals FedVRA with a = 1,
 d = N/m, equal weights and :math:`\gamma_i = \alpha`.
 """

@@ -1,21 +1,21 @@
 r"""The batched engine: all active clients' local steps as one vectorised computation.
 
-The K active clients' models are trained together. At local step t each client still working
-(t < Q_k) takes
+The K active clients' models are trained together. At local step t each client still working (t <
+Q_k) takes
 
 .. math::  x_k \leftarrow x_k - \eta_k\big(s_k \nabla f_k(x_k; B_k^t) + c_k + \rho_k (x_k - z_k)\big).
 
 The mini-batch losses of all these clients come from one ``torch.func.vmap`` of the model over the
-clients' parameters and are differentiated together. Each client's batch is padded to the
-largest batch size B, with weight 1/B_k on its real rows and 0 on padding, so each mean is exact.
-Clients are processed longest-working first, so at step t the clients still working are a prefix
-of the batch and a finished client costs nothing. During the local steps the parameters are kept
-as one [K, ...] tensor per layer, in the memory layout of their gradients, so that the updates
-are streaming in-place operations; they are flattened back to [K, P] once at the end. The mini-batches are those of :func:`~.schedule.batch_indices`, so
-the trajectory is the loop engine's up to floating-point summation order: in float64 the two agree
-to ~1e-16; in float32 they agree to ~1e-7 per round until a ReLU pre-activation close to zero
-changes sign in one engine and not the other, after which a client's trajectory may differ by
-~1e-4 (the tests compare the engines in float64).
+clients' parameters and are differentiated together. Each client's batch is padded to the largest
+batch size B, with weight 1/B_k on its real rows and 0 on padding, so each mean is exact. Clients
+are processed longest-working first, so at step t the clients still working are a prefix of the
+batch and a finished client costs nothing. During the local steps the parameters are kept as one [K,
+...] tensor per layer, in the memory layout of their gradients, so that the updates are streaming
+in-place operations; they are flattened back to [K, P] once at the end. The mini-batches are those
+of :func:`~.schedule.batch_indices`, so the trajectory is the loop engine's up to floating-point
+summation order: in float64 the two agree to ~1e-16; in float32 they agree to ~1e-7 per round until
+a ReLU pre-activation close to zero changes sign in one engine and not the other, after which a
+client's trajectory may differ by ~1e-4 (the tests compare the engines in float64).
 """
 from __future__ import annotations
 

@@ -130,6 +130,7 @@ def run_config(config: ExperimentConfig, progress: bool = False):
 def _atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be shared
     try:
         write(tmp)
         os.replace(tmp, path)

@@ -1,8 +1,9 @@
 """Experiment configs, their hash, the on-disk results cache, and parallel sweeps.
 
 A config is plain data; its SHA-256 (of the canonical JSON, ``label`` excluded) names its results:
-``results/<hash>.csv`` (the tidy history) and ``results/<hash>.json`` (config, status, timing),
-written atomically, the JSON last. A sweep reads hits and runs misses in parallel processes, so
+``results/<hash>.csv`` (the tidy history), ``results/<hash>.pt`` (the final global model, a tensor
+saved with ``torch.save``; load it with ``weights_only=True``) and ``results/<hash>.json`` (config,
+status, timing), each written atomically, the JSON last. A sweep reads hits and runs misses in parallel processes, so
 an interrupted ``make reproduce`` resumes where it stopped.
 """
 from __future__ import annotations

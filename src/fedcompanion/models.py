@@ -5,6 +5,7 @@ the module is called through ``torch.func.functional_call``.
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .validation import check_choice, check_number
@@ -43,6 +44,21 @@ def cifar_cnn(num_classes: int = 10) -> nn.Module:
         nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(256 * 4 * 4, 512), nn.ReLU(), nn.Linear(512, num_classes),
     )  # fmt: skip
+
+
+class Centroids(nn.Module):
+    """C centroids in R^d; ``forward(a)`` returns the squared distances ||a_j - mu_c||^2, shape [n, C]."""
+
+    def __init__(self, num_clusters: int, dim: int):
+        super().__init__()
+        self.mu = nn.Parameter(torch.zeros(num_clusters, dim))
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.mu, std=0.1)
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        a = a.flatten(1)
+        return (a * a).sum(1, keepdim=True) - 2 * a @ self.mu.T + (self.mu * self.mu).sum(1)
 
 
 MODELS = ("linear", "logistic", "mlp", "cnn", "cifar_cnn")

@@ -25,14 +25,17 @@ from torch.func import functional_call
 from .data.loaders import ArrayDataset, load_dataset
 from .data.partition import partition
 from .data.synthetic import heterogeneous_least_squares, synthetic_li
-from .models import make_model
+from .models import Centroids, make_model
 from .validation import check_choice, check_number
 
-LOSSES = ("cross_entropy", "logistic", "squared")
+LOSSES = ("cross_entropy", "logistic", "squared", "cluster")
 
 
 def per_sample_loss(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Loss of each sample: softmax cross-entropy, binary logistic (y in {0,1}) or 0.5 * residual^2."""
+    """Loss of each sample: softmax cross-entropy, binary logistic (y in {0,1}), 0.5 * residual^2, or
+    for clustering sum_c z_c d_c (``out``: squared distances to the centroids, ``y``: assignments z)."""
+    if kind == "cluster":
+        return (y * out).sum(-1)
     if kind == "cross_entropy":
         return F.cross_entropy(out, y, reduction="none")
     if kind == "logistic":
@@ -41,12 +44,12 @@ def per_sample_loss(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tens
 
 
 def per_sample_correct(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """1.0 where the prediction is right (NaN for regression, which has no accuracy)."""
+    """1.0 where the prediction is right (NaN for regression and clustering, which have no labels here)."""
     if kind == "cross_entropy":
         return (out.argmax(-1) == y).to(out.dtype)
     if kind == "logistic":
         return ((out.squeeze(-1) > 0).to(out.dtype) == y).to(out.dtype)
-    return torch.full_like(y, float("nan"), dtype=out.dtype)
+    return torch.full(out.shape[:1], float("nan"), dtype=out.dtype)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Task:
         weights: :math:`w_i`, a float64 tensor summing to one.
         l2: :math:`\mu`, the l2 regulariser inside every :math:`f_i`.
         test: held-out data for accuracy (or ``None``).
+        partition: for a split dataset, each client's indices into it (for label-mix plots).
     """
 
     name: str
@@ -74,6 +78,7 @@ class Task:
     l2: float = 0.0
     test: ArrayDataset | None = None
     dtype: torch.dtype = torch.float32
+    partition: list | None = field(default=None, repr=False)  # index arrays into the source dataset
     _shapes: list = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -305,3 +310,20 @@ def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0,
 
 def _kw(kwargs: dict) -> str:
     return "(" + ",".join(f"{k}={v}" for k, v in sorted(kwargs.items())) + ")" if kwargs else ""
+
+
+def clustering_task(dataset: str = "mnist", num_clients: int = 100, partition_scheme: str = "dirichlet",
+                    num_clusters: int = 10, seed: int = 0, **partition_kwargs) -> Task:
+    """Federated clustering of a dataset's inputs (labels only decide the non-IID split): the shared
+    block is ``num_clusters`` centroids, each client's private block its assignments (see
+    :mod:`fedcompanion.algorithms.two_block`). Targets start at zero; the algorithm fills them."""
+    train, _ = load_dataset(dataset)
+    rng = np.random.default_rng([seed, 0])
+    parts = partition(train.y.numpy(), num_clients, partition_scheme, rng, **partition_kwargs)
+    x = train.x.flatten(1)
+    clients = [(x[p], np.zeros((len(p), num_clusters), dtype=np.float32)) for p in parts]
+    net = Centroids(num_clusters, x.shape[1])
+    label = f"{dataset}-clustering/{partition_scheme}{_kw(partition_kwargs)}/{num_clients}/C={num_clusters}"
+    task = from_client_arrays(label, clients, net, "cluster", weights="size")
+    task.partition = parts
+    return task

@@ -35,7 +35,8 @@ def _layer_grads(task, params: dict, inputs, targets, weights):
     leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
     out = vmap(lambda p, inp: functional_call(task.model, p, (inp,)))(leaves, inputs)
     k, b = targets.shape[:2]
-    per_sample = per_sample_loss(task.loss, out.reshape(k * b, *out.shape[2:]), targets.reshape(k * b))
+    per_sample = per_sample_loss(task.loss, out.reshape(k * b, *out.shape[2:]),
+                                 targets.reshape(k * b, *targets.shape[2:]))
     losses = (per_sample.reshape(k, b) * weights).sum(1)
     grads = dict(zip(leaves, torch.autograd.grad(losses.sum(), list(leaves.values()))))
     if task.l2:

@@ -74,11 +74,12 @@ def run(
         clients_per_round: m; ``None`` means full participation.
         seed: fixes the initial model, the sampled clients, the local step counts and every
             mini-batch. Two runs with the same arguments give identical numbers.
-        engine: ``"loop"`` (reference); others are added by ``register_engine``.
+        engine: ``"loop"`` (the readable reference) or ``"batched"`` (all clients at once, same numbers);
+            more can be added with ``register_engine``.
         lr: the client step size eta (> 0).
         local: the local work per round (default: one epoch of mini-batches of 32).
         sampling: ``"uniform"``, ``"weighted"``, ``"full"``, or a callable ``r -> p^r`` [N].
-        eval_every: evaluate after every ``eval_every`` rounds (and after the first and last).
+        eval_every: evaluate every ``eval_every`` rounds (and at round 0, before training, and after the last).
         extra_metrics: name -> function of the global model, recorded at each evaluation.
         init: initial global model (default: the model's initialisation under ``seed``).
     """

@@ -1,0 +1,42 @@
+"""Tasks: losses, per-client evaluation and the optimum of convex tasks."""
+import torch
+
+import fedcompanion as fc
+
+
+def test_per_client_pass_matches_client_losses(small_mnist):
+    x = small_mnist.init_params(3)
+    losses, accs = small_mnist.per_client(x, chunk=1000)
+    for i in (0, 7, 19):
+        assert torch.isclose(losses[i], small_mnist.client_loss(i, x), rtol=1e-5)
+    assert ((accs >= 0) & (accs <= 1)).all()
+    assert abs(small_mnist.global_loss(x) - float(small_mnist.weights.float() @ losses)) < 1e-5
+
+
+def test_least_squares_optimum_is_stationary(lsq_sized):
+    x_star, f_star = lsq_sized.optimum
+    grad = sum(float(w) * lsq_sized.client_grad(i, x_star) for i, w in enumerate(lsq_sized.weights))
+    assert grad.norm() < 1e-12
+    assert f_star < lsq_sized.global_loss(x_star + 1e-3)
+
+
+def test_logistic_optimum_is_stationary():
+    task = fc.tasks.qsar_logistic_task(num_clients=4, mu=1e-2, seed=0)
+    x_star, _ = task.optimum
+    grad = sum(float(w) * task.client_grad(i, x_star) for i, w in enumerate(task.weights))
+    assert grad.norm() < 1e-10
+
+
+def test_init_is_seeded_and_leaves_global_rng_alone(small_mnist):
+    state = torch.random.get_rng_state()
+    a, b, c = small_mnist.init_params(1), small_mnist.init_params(1), small_mnist.init_params(2)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_models_build_for_their_data():
+    from fedcompanion.models import make_model
+
+    assert make_model("cnn", 784, 10)(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert make_model("cifar_cnn", 3072, 10)(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    assert make_model("mlp", 784, 10, hidden=(128, 64))(torch.zeros(2, 1, 28, 28)).shape == (2, 10)

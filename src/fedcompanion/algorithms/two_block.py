@@ -12,7 +12,8 @@ the probability simplex :math:`\Delta_C`):
     f_i(x, Z_i) = \frac{1}{n_i}\sum_{j\in D_i}\Big(\sum_c z_{jc}\|a_j - \mu_c\|^2 + \frac{\tau}{2}\|z_j\|^2\Big).
 
 Each active client first minimises its private block exactly at the broadcast model. With
-:math:`d_{jc} = \|a_j - \mu_c\|^2` the row problem :math:`\min_{z\in\Delta}\langle d_j, z\rangle + \frac{\tau}{2}\|z\|^2`
+:math:`d_{jc} = \|a_j - \mu_c\|^2` the row problem
+:math:`\min_{z\in\Delta}\langle d_j, z\rangle + \frac{\tau}{2}\|z\|^2`
 is solved by a Euclidean projection, :math:`z_j = \Pi_{\Delta}(-d_j/\tau)` (a "sparsemax" of the
 negative distances; :math:`\tau \to 0` gives hard k-means). Then it runs the shared-block
 algorithm unchanged on :math:`f_i(\cdot, Z_i)`: FedVRA (local SGD on the augmented Lagrangian, dual

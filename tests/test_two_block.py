@@ -61,8 +61,8 @@ def _objective_gradient(task, x, tau):
 def test_two_block_fedvra_reaches_a_stationary_point_and_fedavg_drifts(blobs):
     tau = 2.0
     init = torch.tensor([3.0, 1.0, 1.0, 3.0, -3.0, -1.0, -1.0, -3.0], dtype=torch.float64)
-    kw = dict(rounds=300, lr=0.1, local=fc.LocalWork(steps=10, batch_size=None), init=init, eval_every=300,
-              per_client_metrics=False)
+    kw = dict(rounds=100, lr=0.1, local=fc.LocalWork(steps=10, batch_size=None), init=init, eval_every=100,
+              per_client_metrics=False, engine="batched")
     vra = fc.run(blobs, fc.make("two_block", tau=tau, inner="fedvra", inner_hyperparameters={"gamma": 0.5}), **kw)
     avg = fc.run(blobs, fc.make("two_block", tau=tau, inner="fedavg"), **kw)
     g_vra = float(_objective_gradient(blobs, vra.params, tau).norm())

@@ -38,6 +38,7 @@ lab: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
+	$(BIN)/python benchmarks/ceadmm.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -2,8 +2,10 @@
 
 An algorithm is small: it chooses the local objective h_i of each active client
 (:class:`~fedcompanion.engine.local.LocalObjective`) and turns the returned local models into the
-next server state. Hyperparameters are validated in ``__init__``; mutable state lives in a small
-dataclass returned by ``init`` (FedJAX/optax style), so one algorithm object can drive many runs.
+next server state. Hyperparameters are validated in ``__init__``; the state of a run lives in a
+small dataclass returned by ``init`` (FedJAX/optax style). Constants derived from the task (e.g.
+beta = 1 / sum_i w_i gamma_i) may be cached on the object by ``init``, so an object drives one run
+at a time, any number of runs in sequence.
 """
 from __future__ import annotations
 

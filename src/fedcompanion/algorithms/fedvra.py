@@ -94,7 +94,9 @@ class FedVRA(Algorithm):
     ``'split'`` (Steps 19-20) or ``'direct'`` (eq. (10))."""
 
     name = "fedvra"
-    upload_scalars = 1
+    # split: Delta_i and the scalar a_i^r; direct (eq. 10): Delta_i and lambda_i
+    upload_vectors = property(lambda self: 1 if self.server_update == "split" else 2)
+    upload_scalars = property(lambda self: 1 if self.server_update == "split" else 0)
 
     def __init__(self, gamma: float | list = 0.1, dual_stepsize: Stepsize = 1.0,
                  aggregation_stepsize: Stepsize = "inverse_probability", server_update: str = "split"):
@@ -105,8 +107,6 @@ class FedVRA(Algorithm):
         self.dual_stepsize = _check_stepsize("dual_stepsize", dual_stepsize)
         self.aggregation_stepsize = _check_stepsize("aggregation_stepsize", aggregation_stepsize)
         self.server_update = check_choice("server_update", server_update, ("split", "direct"))
-        if server_update == "direct":
-            self.upload_vectors, self.upload_scalars = 2, 0  # Delta_i and lambda_i
 
     def init(self, task, x0):
         self._gamma = _penalties(self.gamma, task, x0.dtype)

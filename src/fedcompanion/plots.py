@@ -49,7 +49,8 @@ def save_figure(fig, name: str, folder: str | Path = "figures") -> list[Path]:
     for ext in ("png", "pdf"):
         path = folder / f"{name}.{ext}"
         tmp = folder / f".{name}.tmp.{ext}"
-        fig.savefig(tmp, format=ext)
+        metadata = {"CreationDate": None} if ext == "pdf" else {}  # byte-identical PDFs on every run
+        fig.savefig(tmp, format=ext, metadata=metadata)
         os.replace(tmp, path)
         paths.append(path)
     return paths

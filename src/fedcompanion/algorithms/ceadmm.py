@@ -109,9 +109,7 @@ class ClientBlocks:
         return self._at(r * self.mask) + self.l2 * x
 
     def hvp(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Hessian of f_i at x_i times v_i: [m, n]."""
-        if self.loss == "squared":
-            return _bmv(self.gram, v) + self.l2 * v
+        """Hessian of the logistic f_i at x_i times v_i: [m, n] (Newton-CG; least squares solves directly)."""
         s = torch.sigmoid(self._z(x))
         return self._at(s * (1 - s) * self.mask * self._z(v)) + self.l2 * v
 

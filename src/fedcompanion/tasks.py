@@ -149,6 +149,12 @@ class Task:
         """F(x) = sum_i w_i f_i(x)."""
         return float(self.per_client(x)[0] @ self.weights.to(self.dtype))
 
+    def client_means(self, per_sample: torch.Tensor) -> torch.Tensor:
+        """Each client's mean of a per-sample quantity laid out like ``y_all``: [n] -> [N]."""
+        owner = torch.repeat_interleave(torch.arange(self.num_clients), self.client_sizes)
+        total = torch.zeros(self.num_clients, dtype=per_sample.dtype).index_add_(0, owner, per_sample)
+        return total / self.client_sizes.to(per_sample.dtype)
+
     @torch.no_grad()
     def per_client(self, x: torch.Tensor, chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
         """(f_i(x), accuracy_i(x)) for every client, in one pass over all training data."""
@@ -158,12 +164,8 @@ class Task:
             y = self.y_all[start : start + chunk]
             losses.append(per_sample_loss(self.loss, out, y))
             correct.append(per_sample_correct(self.loss, out, y))
-        owner = torch.repeat_interleave(torch.arange(self.num_clients), self.client_sizes)
-        sizes = self.client_sizes.to(self.dtype)
-        loss = torch.zeros(self.num_clients, dtype=self.dtype).index_add_(0, owner, torch.cat(losses))
-        acc = torch.zeros(self.num_clients, dtype=self.dtype).index_add_(0, owner, torch.cat(correct))
         reg = 0.5 * self.l2 * float((x * x).sum()) if self.l2 else 0.0
-        return loss / sizes + reg, acc / sizes
+        return self.client_means(torch.cat(losses)) + reg, self.client_means(torch.cat(correct))
 
     @torch.no_grad()
     def test_metrics(self, x: torch.Tensor) -> dict[str, float]:
@@ -186,7 +188,7 @@ class Task:
         return _convex_optimum(self)
 
 
-def _linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows of the design matrix with bias column, targets, and per-row weight w_i / n_i."""
     layers = [m for m in task.model.modules() if isinstance(m, nn.Linear)]
     if len(layers) != 1 or layers[0].out_features != 1:
@@ -199,7 +201,7 @@ def _linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 def _convex_optimum(task: Task, tol: float = 1e-13, max_iter: int = 100) -> tuple[torch.Tensor, float]:
-    a, y, row_w = _linear_design(task)
+    a, y, row_w = linear_design(task)
     eye = torch.eye(a.shape[1], dtype=a.dtype)
     if task.loss == "squared":
         # F(x) = sum_j c_j (a_j^T x - y_j)^2 / 2 + mu/2 ||x||^2  =>  (A^T C A + mu I) x = A^T C y
@@ -266,9 +268,7 @@ def federated_dataset_task(
 
     ``partition_kwargs``: ``alpha`` (dirichlet), ``shards_per_client`` (shards), ``beta`` (quantity).
     """
-    train, test = load_dataset(dataset)
-    rng = np.random.default_rng([seed, 0])
-    parts = partition(train.y.numpy(), num_clients, partition_scheme, rng, **partition_kwargs)
+    train, test, parts = _split(dataset, num_clients, partition_scheme, seed, partition_kwargs)
     loss = "logistic" if train.num_classes == 2 else "cross_entropy"
     in_features = math.prod(train.x.shape[1:])
     net = make_model(model, in_features, train.num_classes, hidden=hidden)
@@ -308,6 +308,13 @@ def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0,
                               l2=mu, test=test, dtype=dtype)
 
 
+def _split(dataset: str, num_clients: int, scheme: str, seed: int, partition_kwargs: dict):
+    """(train, test, per-client index arrays): the dataset split by the seeded partitioner."""
+    train, test = load_dataset(dataset)
+    rng = np.random.default_rng([seed, 0])
+    return train, test, partition(train.y.numpy(), num_clients, scheme, rng, **partition_kwargs)
+
+
 def _kw(kwargs: dict) -> str:
     return "(" + ",".join(f"{k}={v}" for k, v in sorted(kwargs.items())) + ")" if kwargs else ""
 
@@ -317,9 +324,7 @@ def clustering_task(dataset: str = "mnist", num_clients: int = 100, partition_sc
     """Federated clustering of a dataset's inputs (labels only decide the non-IID split): the shared
     block is ``num_clusters`` centroids, each client's private block its assignments (see
     :mod:`fedcompanion.algorithms.two_block`). Targets start at zero; the algorithm fills them."""
-    train, _ = load_dataset(dataset)
-    rng = np.random.default_rng([seed, 0])
-    parts = partition(train.y.numpy(), num_clients, partition_scheme, rng, **partition_kwargs)
+    train, _, parts = _split(dataset, num_clients, partition_scheme, seed, partition_kwargs)
     x = train.x.flatten(1)
     clients = [(x[p], np.zeros((len(p), num_clusters), dtype=np.float32)) for p in parts]
     net = Centroids(num_clusters, x.shape[1])

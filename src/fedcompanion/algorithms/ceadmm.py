@@ -71,9 +71,9 @@ class ClientBlocks:
 
     @classmethod
     def from_task(cls, task) -> ClientBlocks:
-        from ..tasks import _linear_design
+        from ..tasks import linear_design
 
-        design, targets, _ = _linear_design(task)  # raises for non-convex models
+        design, targets, _ = linear_design(task)  # raises for non-convex models
         if task.loss not in ("squared", "logistic"):
             raise ConfigError(f"the ADMM family here needs a least-squares or logistic task, got {task.loss!r}")
         sizes = task.client_sizes

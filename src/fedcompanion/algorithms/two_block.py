@@ -95,6 +95,4 @@ def clustering_objective(task, x: torch.Tensor, tau: float) -> float:
         d = task.forward(x, task.x_all)
         z = assignments(d, tau)
         per = (z * d).sum(1) + 0.5 * tau * (z * z).sum(1)
-        owner = torch.repeat_interleave(torch.arange(task.num_clients), task.client_sizes)
-        per_client = torch.zeros(task.num_clients, dtype=per.dtype).index_add_(0, owner, per) / task.client_sizes
-        return float(task.weights.to(per.dtype) @ per_client)
+        return float(task.weights.to(per.dtype) @ task.client_means(per))

@@ -27,10 +27,11 @@ from .local import LocalObjective
 from .schedule import batch_indices, batch_size_for
 
 
-def _layer_grads(task, params: dict, inputs, targets, weights):
-    """Per-layer gradients of each client's weighted loss sum_j weights[k, j] loss_j, and the losses.
+def _layer_grads(task, params: dict, inputs, targets, weights, with_loss: bool = False):
+    """Per-layer gradients of each client's weighted loss sum_j weights[k, j] loss_j (and the losses).
 
-    ``params`` maps each layer name to a [K, ...] tensor; returns (dict of [K, ...] grads, [K] losses).
+    ``params`` maps each layer name to a [K, ...] tensor; returns a dict of [K, ...] gradients, and
+    with ``with_loss`` also the [K] loss values (the probe needs them; the local steps do not).
     """
     leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
     out = vmap(lambda p, inp: functional_call(task.model, p, (inp,)))(leaves, inputs)
@@ -42,6 +43,9 @@ def _layer_grads(task, params: dict, inputs, targets, weights):
     if task.l2:
         for n, p in params.items():
             grads[n].add_(p, alpha=task.l2)
+    if not with_loss:
+        return grads
+    if task.l2:
         losses = losses + 0.5 * task.l2 * sum((p * p).flatten(1).sum(1) for p in params.values())
     return grads, losses.detach()
 
@@ -91,7 +95,7 @@ def train_batched(task, objective: LocalObjective, clients, *, seed: int, round:
     for t in range(int(steps[0])):
         n = int((steps > t).sum())  # the clients still working: a prefix
         live = {name: p[:n] for name, p in params.items()}
-        grads, _ = _layer_grads(task, live, task.x_all[rows[:n, t]], task.y_all[rows[:n, t]], weights[:n, t])
+        grads = _layer_grads(task, live, task.x_all[rows[:n, t]], task.y_all[rows[:n, t]], weights[:n, t])
         if t == 0:  # store every [K, ...] tensor in the memory layout autograd gives the gradients
             params = live = _relayout(params, grads)
             offset = None if offset is None else _relayout(offset, grads)
@@ -115,5 +119,6 @@ def probe_batched(task, x0: torch.Tensor, clients) -> tuple[torch.Tensor, torch.
     k = len(clients)
     rows, weights = _batches(task, clients, torch.ones(k, dtype=torch.long), 0, 0, None)
     params = {n: p.expand(k, *p.shape) for n, p in task.unflatten(x0).items()}
-    grads, losses = _layer_grads(task, params, task.x_all[rows[:, 0]], task.y_all[rows[:, 0]], weights[:, 0])
+    grads, losses = _layer_grads(task, params, task.x_all[rows[:, 0]], task.y_all[rows[:, 0]], weights[:, 0],
+                                 with_loss=True)
     return losses, torch.cat([g.flatten(1) for g in grads.values()], dim=1)

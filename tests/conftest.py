@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fedcompanion import tasks
+from fedcompanion.models import Centroids
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +25,16 @@ def lsq_sized():
 @pytest.fixture(scope="session")
 def small_mnist():
     return tasks.federated_dataset_task("mnist", 20, "dirichlet", "mlp", seed=0, alpha=0.5, hidden=(16,))
+
+
+@pytest.fixture(scope="session")
+def blobs():
+    """Four clients, each mostly holding one of four 2-D blobs (non-IID clustering)."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[4.0, 0.0], [0.0, 4.0], [-4.0, 0.0], [0.0, -4.0]])
+    clients = []
+    for i in range(4):
+        own = rng.normal(centres[i], 0.6, size=(40, 2))
+        other = rng.normal(centres[(i + 1) % 4], 0.6, size=(8, 2))
+        clients.append((np.vstack([own, other]), np.zeros((48, 4))))
+    return tasks.from_client_arrays("blobs", clients, Centroids(4, 2), "cluster", dtype=torch.float64)

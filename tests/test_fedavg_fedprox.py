@@ -4,6 +4,7 @@ import torch
 
 import fedcompanion as fc
 from fedcompanion.engine import LocalObjective, train_loop
+from fedcompanion.protocol import RoundInfo
 
 
 def test_fedavg_one_full_batch_step_is_gradient_descent(lsq_sized):
@@ -28,7 +29,7 @@ def test_fedprox_local_step_by_hand(lsq_sized):
     task, eta, mu = lsq_sized, 0.1, 0.5
     x0 = torch.tensor([0.3, -0.2, 0.1, 0.5], dtype=task.dtype)
     objective = LocalObjective.sgd(x0, torch.tensor([2, 2]), eta, prox=mu)
-    got = train_loop(task, objective, torch.tensor([1, 3]), seed=0, round=0, batch_size=None)
+    got, _ = train_loop(task, objective, torch.tensor([1, 3]), seed=0, round=0, batch_size=None)
     for k, i in enumerate([1, 3]):
         a, b = (t.numpy() for t in task.client_data(i))
         x = x0.numpy().copy()
@@ -49,11 +50,9 @@ def test_unbiased_aggregation_weights_by_inverse_probability(lsq_sized):
     task = lsq_sized
     algo = fc.make("fedavg", aggregation="unbiased")
     state = algo.init(task, torch.zeros(task.num_params, dtype=task.dtype))
-    from fedcompanion.algorithms import RoundInfo
-
     info = RoundInfo(0, torch.tensor([0, 2]), torch.full((4,), 0.5, dtype=task.dtype), torch.tensor([1, 1]),
                      0.1, task.weights)
     x_local = torch.ones(2, task.num_params, dtype=task.dtype)
-    out = algo.aggregate(state, info, x_local)
+    out = algo.server_update(state.server, info, {"delta": x_local - state.x})
     expected = float((task.weights[0] + task.weights[2]) / 0.5)
     assert torch.allclose(out.x, torch.full_like(out.x, expected))

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.algorithms import RoundInfo
-from fedcompanion.engine import batch_indices, train_loop
+from fedcompanion.engine import batch_indices, play_round
+from fedcompanion.protocol import LocalResult, RoundInfo
 
 HLU = fc.LocalWork(steps_range=(1, 4), batch_size=4)  # mini-batches and time-varying local work
 
@@ -68,17 +68,20 @@ def test_lemma1_fedadmm_is_client_variance_reduction(lsq_sized):
         clients = torch.as_tensor(np.sort(rng.choice(4, 2, replace=False)))
         info = RoundInfo(r, clients, torch.full((4,), 0.5, dtype=task.dtype), torch.tensor([3, 3]), eta, w)
         if r > 0:  # x_0^r = beta sum_j w_j gamma x_j^r - beta lambda^r
-            assert torch.allclose(state.x, beta * gamma * (w @ x_prev_local) - beta * state.lam, atol=1e-12)
-        lam_before, expected_lam = state.lam_clients.clone(), {}
-        x_local = train_loop(task, algo.local_objective(state, info), clients, seed=seed, round=r, batch_size=4)
+            assert torch.allclose(state.x, beta * gamma * (w @ x_prev_local) - beta * state.server.lam, atol=1e-12)
+        lam_before, expected_lam = torch.stack(state.clients["lam"]), {}
+        old_x, old_lam = state.x, state.server.lam
+        state, _, _, local = play_round(task, algo, state, info, engine="loop", seed=seed,
+                                        local=fc.LocalWork(steps=3, batch_size=4))
+        x_local = local.x
         for k, i in enumerate(clients.tolist()):
             rows = batch_indices(seed, r, i, int(task.client_sizes[i]), 3, 4)
-            x, grads = state.x.clone(), []
+            x, grads = old_x.clone(), []
             avg_past = beta * gamma * (w @ x_prev_local)
             for t in range(3):  # eq. (11), written with the corrected gradient
                 g = _ls_grad(task, i, x, rows[t])
                 grads.append(g)
-                corrected = g + gamma * beta * state.lam - lam_before[i]
+                corrected = g + gamma * beta * old_lam - lam_before[i]
                 x = x - eta * (corrected + gamma * (x - avg_past))
             assert torch.allclose(x, x_local[k], atol=1e-12)
             b = torch.tensor([(1 - eta * gamma) ** (3 - 1 - t) for t in range(3)], dtype=task.dtype)
@@ -86,11 +89,10 @@ def test_lemma1_fedadmm_is_client_variance_reduction(lsq_sized):
             theta = a * gamma * eta * b.sum()
             assert 0 < theta < 1
             expected_lam[i] = (1 - theta) * lam_before[i] + theta * big_g
-        x_prev_local = state.x.expand(4, -1).clone()
+        x_prev_local = old_x.expand(4, -1).clone()
         x_prev_local[clients] = x_local
-        state = algo.aggregate(state, info, x_local)
         for i, expected in expected_lam.items():
-            assert torch.allclose(state.lam_clients[i], expected, atol=1e-12)
+            assert torch.allclose(state.clients["lam"][i], expected, atol=1e-12)
 
 
 def _fixed_point_local_sgd(task, eta, q, mu=0.0):
@@ -130,6 +132,13 @@ def test_fedavg_and_fedprox_stop_at_the_client_drift_fixed_point(lsq, name, mu):
     assert bias > 1e-5, f"which is not the optimum (relative bias {bias:.1e})"
 
 
+def _aggregate(task, algo, state, info, x_local):
+    """The round's server step for given local models (the local work already done)."""
+    own = state.active(info.clients)
+    objective = algo.local_objective(task, algo.broadcast(state), own, info)
+    return algo.aggregate(task, state, info, LocalResult(x_local, objective))
+
+
 def test_aggregation_stepsize_bias_under_uniform_sampling(lsq):
     r"""Eq. (16): with lambda = 0 and a = 0, x_0^{r+1} = x_0 + beta sum_{A} w_i d gamma Delta_i.
     E over uniform samples of m of N: d = N/m gives the model average beta sum_i w_i gamma x~_i
@@ -141,7 +150,8 @@ def test_aggregation_stepsize_bias_under_uniform_sampling(lsq):
     algo0 = fc.make("fedvra", gamma=gamma, dual_stepsize=0.0, aggregation_stepsize=1.0)
     st = algo0.init(task, x0)
     info_all = RoundInfo(0, everyone, torch.ones(n, dtype=task.dtype), work, 0.05, task.weights)
-    x_tilde = train_loop(task, algo0.local_objective(st, info_all), everyone, seed=0, round=0, batch_size=None)
+    full_batch = fc.LocalWork(steps=3, batch_size=None)
+    x_tilde = play_round(task, algo0, st, info_all, engine="loop", local=full_batch)[3].x
     average = task.weights @ x_tilde  # beta sum_i w_i gamma x~_i with equal gamma
     probs = torch.full((n,), m / n, dtype=task.dtype)
     for d, expected in [(n / m, average), (1.0, (1 - m / n) * x0 + (m / n) * average)]:
@@ -151,7 +161,7 @@ def test_aggregation_stepsize_bias_under_uniform_sampling(lsq):
             s = torch.tensor(subset)
             state = algo.init(task, x0)
             info = RoundInfo(0, s, probs, work[s], 0.05, task.weights)
-            outcomes.append(algo.aggregate(state, info, x_tilde[s]).x)
+            outcomes.append(_aggregate(task, algo, state, info, x_tilde[s]).x)
         assert torch.allclose(torch.stack(outcomes).mean(0), expected, atol=1e-12)
     # and the same by Monte Carlo through the real sampler
     sampler = fc.engine.make_sampler("uniform", n, m)
@@ -162,7 +172,7 @@ def test_aggregation_stepsize_bias_under_uniform_sampling(lsq):
         s, p = sampler.sample(r, rng)
         s = torch.as_tensor(s)
         info = RoundInfo(r, s, torch.as_tensor(p, dtype=task.dtype), work[s], 0.05, task.weights)
-        draws.append(algo.aggregate(algo.init(task, x0), info, x_tilde[s]).x)
+        draws.append(_aggregate(task, algo, algo.init(task, x0), info, x_tilde[s]).x)
     spread = (x_tilde - average).norm(dim=1).max()
     assert float((torch.stack(draws).mean(0) - average).norm()) < 0.1 * float(spread)
 

@@ -5,7 +5,6 @@ import torch
 
 import fedcompanion as fc
 from fedcompanion.algorithms.two_block import assignments, clustering_objective, project_rows_to_simplex
-from fedcompanion.models import Centroids
 
 
 def _bisection_projection(v, iters=200):
@@ -32,19 +31,6 @@ def test_assignment_step_is_the_exact_row_minimiser():
     for _ in range(200):  # no feasible point does better
         other = torch.distributions.Dirichlet(torch.ones(5, dtype=torch.float64)).sample((20,))
         assert (value(z) <= value(other) + 1e-12).all()
-
-
-@pytest.fixture(scope="module")
-def blobs():
-    """Four clients, each mostly holding one of four 2-D blobs (non-IID clustering)."""
-    rng = np.random.default_rng(0)
-    centres = np.array([[4.0, 0.0], [0.0, 4.0], [-4.0, 0.0], [0.0, -4.0]])
-    clients = []
-    for i in range(4):
-        own = rng.normal(centres[i], 0.6, size=(40, 2))
-        other = rng.normal(centres[(i + 1) % 4], 0.6, size=(8, 2))
-        clients.append((np.vstack([own, other]), np.zeros((48, 4))))
-    return fc.tasks.from_client_arrays("blobs", clients, Centroids(4, 2), "cluster", dtype=torch.float64)
 
 
 def _objective_gradient(task, x, tau):

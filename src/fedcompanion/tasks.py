@@ -3,53 +3,46 @@ r"""A task: model + loss + per-client data + evaluation.
 The federated objective is
 
 .. math::  F(x) = \sum_{i=1}^N w_i f_i(x),\qquad
-           f_i(x) = \frac{1}{n_i}\sum_{j \in D_i} \ell(x; \xi_j) + \frac{\mu}{2}\|x\|^2,
+           f_i(x) = \frac{1}{n_i}\sum_{j \in D_i} \ell(x; \xi_j) + \frac{\mu_i}{2}\|x\|^2,
 
 with client weights :math:`w_i` summing to one (by default :math:`w_i = n_i / n`, so that F is
-the mean loss over all samples). Parameters are one flat vector ``x`` of shape ``[P]``; the
-model is called with ``torch.func.functional_call``. Client data are stored back to back
-(``x_all[offsets[i]:offsets[i+1]]``) so that per-client quantities are one pass over the data.
+the mean loss over all samples) and an l2 weight :math:`\mu_i` (one for all clients, or one each). Parameters
+are one flat vector ``x`` of shape ``[P]``; the model is called with ``torch.func.functional_call``. Client
+data are stored back to back (``x_all[offsets[i]:offsets[i+1]]``) so that per-client quantities are one pass
+over the data. A task is never changed by a run: whatever an algorithm keeps lives in its own state.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
 from .data.loaders import ArrayDataset, load_dataset
 from .data.partition import partition
 from .data.synthetic import heterogeneous_least_squares, synthetic_li
+from .losses import Loss, get_loss
 from .models import Centroids, make_model
-from .validation import check_choice, check_number
-
-LOSSES = ("cross_entropy", "logistic", "squared", "cluster")
+from .validation import ConfigError, check_choice, check_number
 
 
-def per_sample_loss(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Loss of each sample: softmax cross-entropy, binary logistic (y in {0,1}), 0.5 * residual^2, or
-    for clustering sum_c z_c d_c (``out``: squared distances to the centroids, ``y``: assignments z)."""
-    if kind == "cluster":
-        return (y * out).sum(-1)
-    if kind == "cross_entropy":
-        return F.cross_entropy(out, y, reduction="none")
-    if kind == "logistic":
-        return F.binary_cross_entropy_with_logits(out.squeeze(-1), y, reduction="none")
-    return 0.5 * (out.squeeze(-1) - y) ** 2
+@dataclass(frozen=True)
+class ClientSplit:
+    """Per-client data laid out back to back: client i holds rows ``offsets[i]:offsets[i+1]``."""
 
+    x: torch.Tensor
+    y: torch.Tensor
+    offsets: torch.Tensor
 
-def per_sample_correct(kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """1.0 where the prediction is right (NaN for regression and clustering, which have no labels here)."""
-    if kind == "cross_entropy":
-        return (out.argmax(-1) == y).to(out.dtype)
-    if kind == "logistic":
-        return ((out.squeeze(-1) > 0).to(out.dtype) == y).to(out.dtype)
-    return torch.full(out.shape[:1], float("nan"), dtype=out.dtype)
+    @property
+    def sizes(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]
 
 
 @dataclass
@@ -58,36 +51,57 @@ class Task:
 
     Attributes:
         name: short description used in results.
-        model: the module whose parameters are flattened into ``x``.
-        loss: one of ``cross_entropy``, ``logistic``, ``squared``.
+        model: the module whose parameters are flattened into ``x`` (a template: its own parameters are
+            only read by :meth:`init_params`).
+        loss: a :class:`~fedcompanion.losses.Loss` or its name (``cross_entropy``, ``logistic``, ``squared``,
+            ``cluster``).
         x_all, y_all: every client's training data, back to back.
         offsets: client ``i`` holds rows ``offsets[i]:offsets[i+1]``.
         weights: :math:`w_i`, a float64 tensor summing to one.
-        l2: :math:`\mu`, the l2 regulariser inside every :math:`f_i`.
-        test: held-out data for accuracy (or ``None``).
+        l2: :math:`\mu_i`, the l2 regulariser inside every :math:`f_i` (a number, or one per client).
+        test: held-out data for the global model's accuracy (or ``None``).
+        client_test: each client's own held-out split (:class:`ClientSplit`), for per-client (fairness)
+            metrics (or ``None``).
         partition: for a split dataset, each client's indices into it (for label-mix plots).
+        initializer: ``seed -> x`` replacing the model's own initialisation (e.g. centroids at data points).
+        labels: true labels of the training rows where the targets are not labels (clustering), for evaluation.
     """
 
     name: str
     model: nn.Module
-    loss: str
+    loss: Loss | str
     x_all: torch.Tensor
     y_all: torch.Tensor
     offsets: torch.Tensor
     weights: torch.Tensor
-    l2: float = 0.0
+    l2: float | torch.Tensor = 0.0
     test: ArrayDataset | None = None
     dtype: torch.dtype = torch.float32
+    client_test: ClientSplit | None = None
     partition: list | None = field(default=None, repr=False)  # index arrays into the source dataset
+    initializer: Callable[[int], torch.Tensor] | None = field(default=None, repr=False)
+    labels: torch.Tensor | None = field(default=None, repr=False)
     _shapes: list = field(init=False, repr=False)
 
     def __post_init__(self):
-        check_choice("loss", self.loss, LOSSES)
-        check_number("l2", self.l2, low=0.0)
+        self.loss = get_loss(self.loss) if isinstance(self.loss, str) else self.loss
         self.model = self.model.to(self.dtype)
         self._shapes = [(n, p.shape, p.numel()) for n, p in self.model.named_parameters()]
-        if not torch.isclose(self.weights.sum(), torch.tensor(1.0, dtype=self.weights.dtype)):
-            raise ValueError(f"client weights must sum to 1, got {float(self.weights.sum())}")
+        n = self.num_clients
+        if len(self.x_all) != len(self.y_all) or int(self.offsets[-1]) != len(self.y_all):
+            raise ConfigError(f"task {self.name!r}: {len(self.x_all)} feature rows, {len(self.y_all)} targets and "
+                              f"offsets ending at {int(self.offsets[-1])} must agree")
+        if (self.client_sizes <= 0).any():
+            raise ConfigError(f"clients {torch.nonzero(self.client_sizes <= 0).flatten().tolist()} hold no data")
+        if self.weights.shape != (n,) or (self.weights < 0).any() or not torch.isclose(
+                self.weights.sum(), torch.tensor(1.0, dtype=self.weights.dtype)):
+            raise ConfigError(f"client weights must be {n} numbers >= 0 summing to 1, got {self.weights.tolist()}")
+        if isinstance(self.l2, torch.Tensor):
+            if self.l2.shape != (n,) or (self.l2 < 0).any():
+                raise ConfigError(f"l2 must be a number >= 0 or {n} numbers >= 0, got shape {tuple(self.l2.shape)}")
+        else:
+            check_number("l2", self.l2, low=0.0)
+        self.loss.check_targets(self.y_all, f"task {self.name!r}")
 
     # ----------------------------------------------------------------- structure
     @property
@@ -99,8 +113,17 @@ class Task:
         return sum(n for _, _, n in self._shapes)
 
     @property
+    def device(self) -> torch.device:
+        return self.x_all.device
+
+    @property
     def client_sizes(self) -> torch.Tensor:
         return self.offsets[1:] - self.offsets[:-1]
+
+    @functools.cached_property
+    def client_l2(self) -> torch.Tensor:
+        """mu_i of every client, [N] (float64, on the CPU)."""
+        return torch.as_tensor(self.l2, dtype=torch.float64).cpu().expand(self.num_clients).clone()
 
     def client_data(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
@@ -116,56 +139,92 @@ class Task:
         return out
 
     def init_params(self, seed: int, zeros: bool = False) -> torch.Tensor:
-        """The model's default initialisation under ``seed`` (global RNG untouched), flattened."""
+        """The initial model under ``seed`` (global RNG untouched), flattened: the task's ``initializer`` if it
+        has one, else the model's default initialisation."""
         if zeros:
-            return torch.zeros(self.num_params, dtype=self.dtype)
+            return torch.zeros(self.num_params, dtype=self.dtype, device=self.device)
+        if self.initializer is not None:
+            return self.initializer(seed).to(self.device, self.dtype)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             for m in self.model.modules():
                 if hasattr(m, "reset_parameters"):
                     m.reset_parameters()
-        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).to(self.dtype)
+        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).to(self.device, self.dtype)
+
+    def to(self, device: str | torch.device) -> Task:
+        """A copy of the task with its data and model on ``device`` (``self`` if already there)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        test = None if self.test is None else ArrayDataset(move(self.test.x), move(self.test.y), self.test.num_classes)
+        split = self.client_test
+        if split is not None:
+            split = ClientSplit(move(split.x), move(split.y), split.offsets)
+        import copy
+
+        return dataclasses.replace(self, model=copy.deepcopy(self.model).to(device), x_all=move(self.x_all),
+                                   y_all=move(self.y_all), test=test, client_test=split, labels=move(self.labels))
 
     # ----------------------------------------------------------------- losses
     def forward(self, x: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         return functional_call(self.model, self.unflatten(x), (inputs,))
 
-    def loss_fn(self, x: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mini-batch estimate of f_i: mean per-sample loss + (l2/2)||x||^2."""
-        value = per_sample_loss(self.loss, self.forward(x, inputs), targets).mean()
-        if self.l2:
-            value = value + 0.5 * self.l2 * (x * x).sum()
+    def loss_fn(self, x: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor, l2: float = 0.0) -> torch.Tensor:
+        """Mini-batch estimate of f_i: mean per-sample loss + (l2/2)||x||^2 (pass the client's l2)."""
+        value = self.loss.per_sample(self.forward(x, inputs), targets).mean()
+        if l2:
+            value = value + 0.5 * l2 * (x * x).sum()
         return value
+
+    def layer_gradients(self, params: dict[str, torch.Tensor], inputs, targets) -> dict[str, torch.Tensor]:
+        """Gradient of the mean per-sample loss (no l2 term) with respect to each layer's parameters."""
+        leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+        loss = self.loss.per_sample(functional_call(self.model, leaves, (inputs,)), targets).mean()
+        return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
 
     def client_loss(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """f_i(x) on client i's full data."""
-        return self.loss_fn(x, *self.client_data(i))
+        return self.loss_fn(x, *self.client_data(i), float(self.client_l2[i]))
 
     def client_grad(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """grad f_i(x) on client i's full data."""
-        return torch.func.grad(self.loss_fn)(x, *self.client_data(i))
+        return self.client_value_and_grad(i, x)[1]
+
+    def client_value_and_grad(self, i: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(f_i(x), grad f_i(x)) on client i's full data."""
+        grad, value = torch.func.grad_and_value(self.loss_fn)(x, *self.client_data(i), float(self.client_l2[i]))
+        return value, grad
 
     def global_loss(self, x: torch.Tensor) -> float:
         """F(x) = sum_i w_i f_i(x)."""
-        return float(self.per_client(x)[0] @ self.weights.to(self.dtype))
+        return float(self.per_client(x)[0].double() @ self.weights.double().to(self.device))
 
-    def client_means(self, per_sample: torch.Tensor) -> torch.Tensor:
-        """Each client's mean of a per-sample quantity laid out like ``y_all``: [n] -> [N]."""
-        owner = torch.repeat_interleave(torch.arange(self.num_clients), self.client_sizes)
-        total = torch.zeros(self.num_clients, dtype=per_sample.dtype).index_add_(0, owner, per_sample)
-        return total / self.client_sizes.to(per_sample.dtype)
+    def client_means(self, per_sample: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """Each client's mean of a per-sample quantity laid out like ``y_all`` (or like ``offsets``): [n] -> [N]."""
+        sizes = self.client_sizes if offsets is None else offsets[1:] - offsets[:-1]
+        owner = torch.repeat_interleave(torch.arange(self.num_clients), sizes).to(per_sample.device)
+        total = torch.zeros(self.num_clients, dtype=per_sample.dtype, device=per_sample.device)
+        return total.index_add_(0, owner, per_sample) / sizes.to(per_sample)
 
     @torch.no_grad()
-    def per_client(self, x: torch.Tensor, chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
-        """(f_i(x), accuracy_i(x)) for every client, in one pass over all training data."""
+    def per_client(self, x: torch.Tensor, chunk: int = 8192, split: ClientSplit | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss_i(x), accuracy_i(x)) for every client, in one pass over its training data (or over ``split``).
+
+        On the training data the loss is f_i(x) (l2 term included); on a held-out split, the data term only."""
+        xs, ys, offsets = (self.x_all, self.y_all, None) if split is None else (split.x, split.y, split.offsets)
         losses, correct = [], []
-        for start in range(0, len(self.y_all), chunk):
-            out = self.forward(x, self.x_all[start : start + chunk])
-            y = self.y_all[start : start + chunk]
-            losses.append(per_sample_loss(self.loss, out, y))
-            correct.append(per_sample_correct(self.loss, out, y))
-        reg = 0.5 * self.l2 * float((x * x).sum()) if self.l2 else 0.0
-        return self.client_means(torch.cat(losses)) + reg, self.client_means(torch.cat(correct))
+        for start in range(0, len(ys), chunk):
+            out = self.forward(x, xs[start : start + chunk])
+            y = ys[start : start + chunk]
+            losses.append(self.loss.evaluate(out, y))
+            correct.append(self.loss.correct(out, y))
+        loss, acc = self.client_means(torch.cat(losses), offsets), self.client_means(torch.cat(correct), offsets)
+        if split is None and bool((self.client_l2 != 0).any()):
+            loss = loss + 0.5 * self.client_l2.to(loss) * float((x * x).sum())
+        return loss, acc
 
     @torch.no_grad()
     def test_metrics(self, x: torch.Tensor) -> dict[str, float]:
@@ -173,10 +232,10 @@ class Task:
             return {}
         out = self.forward(x, self.test.x.to(self.dtype))
         y = self.test.y.to(self.y_all.dtype)
-        return {
-            "test_loss": float(per_sample_loss(self.loss, out, y).mean()),
-            "test_accuracy": float(per_sample_correct(self.loss, out, y).mean()),
-        }
+        values = {"test_loss": float(self.loss.evaluate(out, y).mean())}
+        if self.loss.labelled:
+            values["test_accuracy"] = float(self.loss.correct(out, y).mean())
+        return values
 
     # ----------------------------------------------------------------- convex tasks
     @functools.cached_property
@@ -189,39 +248,65 @@ class Task:
 
 
 def linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows of the design matrix with bias column, targets, and per-row weight w_i / n_i."""
+    """Rows of the design matrix (with a bias column if the model has one), targets, and per-row weight
+    w_i / n_i; float64 on the task's device."""
     layers = [m for m in task.model.modules() if isinstance(m, nn.Linear)]
-    if len(layers) != 1 or layers[0].out_features != 1:
-        raise NotImplementedError(f"task {task.name!r} is not convex (optimum needs a linear model)")
+    if len(layers) != 1 or layers[0].out_features != 1 or not task.loss.linear:
+        raise NotImplementedError(f"task {task.name!r} is not convex (this needs a linear model with a "
+                                  "least-squares or logistic loss)")
     a = task.x_all.reshape(len(task.x_all), -1).double()
     if layers[0].bias is not None:
-        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], dim=1)
+        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=a.device)], dim=1)
     row_w = torch.repeat_interleave(task.weights.double() / task.client_sizes.double(), task.client_sizes)
-    return a, task.y_all.double(), row_w
+    return a, task.y_all.double(), row_w.to(a.device)
 
 
 def _convex_optimum(task: Task, tol: float = 1e-13, max_iter: int = 100) -> tuple[torch.Tensor, float]:
+    """Newton's method on F(x) = sum_j c_j phi(a_j^T x, y_j) + sum_i w_i mu_i/2 ||x||^2 (one step for least
+    squares, where phi is quadratic)."""
     a, y, row_w = linear_design(task)
-    eye = torch.eye(a.shape[1], dtype=a.dtype)
-    if task.loss == "squared":
-        # F(x) = sum_j c_j (a_j^T x - y_j)^2 / 2 + mu/2 ||x||^2  =>  (A^T C A + mu I) x = A^T C y
-        x = torch.linalg.solve(a.T @ (row_w[:, None] * a) + task.l2 * eye, a.T @ (row_w * y))
-    elif task.loss == "logistic":
-        x = torch.zeros(a.shape[1], dtype=a.dtype)
-        for _ in range(max_iter):  # Newton's method; F is strongly convex when l2 > 0
-            p = torch.sigmoid(a @ x)
-            grad = a.T @ (row_w * (p - y)) + task.l2 * x
-            hess = a.T @ ((row_w * p * (1 - p))[:, None] * a) + task.l2 * eye
-            x = x - torch.linalg.solve(hess, grad)
-            if grad.norm() < tol:
-                break
-    else:
-        raise NotImplementedError(f"no closed-form optimum for loss {task.loss!r}")
+    mu = float(task.weights.double() @ task.client_l2)  # sum_i w_i mu_i
+    eye = torch.eye(a.shape[1], dtype=a.dtype, device=a.device)
+    x = torch.zeros(a.shape[1], dtype=a.dtype, device=a.device)
+    for _ in range(1 if task.loss.name == "squared" else max_iter):
+        z = a @ x
+        grad = a.T @ (row_w * task.loss.dphi(z, y)) + mu * x
+        hess = a.T @ ((row_w * task.loss.d2phi(z, y))[:, None] * a) + mu * eye
+        x = x - torch.linalg.solve(hess, grad)
+        if grad.norm() < tol:
+            break
     x_star = x.to(task.dtype)
     return x_star, task.global_loss(x_star)
 
 
 # --------------------------------------------------------------------- builders
+def _as_tensor(value, dtype, what: str) -> torch.Tensor:
+    if not isinstance(value, (torch.Tensor, np.ndarray, list, tuple)):
+        raise ConfigError(f"{what} must be an array or tensor, got {type(value).__name__}")
+    t = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
+    return t.to(dtype) if dtype is not None else t
+
+
+def _stack_clients(clients, loss: Loss, dtype, what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x_all, y_all, offsets) from one (features, targets) pair per client, checked."""
+    if not clients:
+        raise ConfigError(f"{what}: no clients given")
+    xs, ys = [], []
+    for i, pair in enumerate(clients):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ConfigError(f"{what}: client {i} must be a (features, targets) pair")
+        x, y = _as_tensor(pair[0], dtype, f"client {i} features"), _as_tensor(pair[1], None, f"client {i} targets")
+        if len(x) != len(y):
+            raise ConfigError(f"{what}: client {i} has {len(x)} feature rows but {len(y)} targets")
+        if len(y) == 0:
+            raise ConfigError(f"{what}: client {i} holds no data")
+        loss.check_targets(y, f"{what}: client {i}")
+        xs.append(x)
+        ys.append(y.to(loss.target_dtype(dtype)))
+    sizes = torch.tensor([len(y) for y in ys])
+    return torch.cat(xs), torch.cat(ys), torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+
+
 def from_client_arrays(
     name: str,
     clients: list[tuple[np.ndarray, np.ndarray]],
@@ -229,26 +314,42 @@ def from_client_arrays(
     loss: str,
     *,
     weights: str = "size",
-    l2: float = 0.0,
+    l2: float | torch.Tensor = 0.0,
     test: ArrayDataset | None = None,
+    client_test: list[tuple[np.ndarray, np.ndarray]] | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> Task:
-    """Build a task from one (features, labels) pair per client.
+    """Build a task from one (features, targets) pair per client (and optionally each client's held-out pair).
 
     ``weights='size'`` gives w_i = n_i / n; ``'uniform'`` gives w_i = 1 / N.
     """
     check_choice("weights", weights, ("size", "uniform"))
-    ydtype = torch.long if loss == "cross_entropy" else dtype
-    x_all = torch.cat([torch.as_tensor(x, dtype=dtype) for x, _ in clients])
-    y_all = torch.cat([torch.as_tensor(y).to(ydtype) for _, y in clients])
-    sizes = torch.tensor([len(y) for _, y in clients])
-    if (sizes == 0).any():
-        raise ValueError(f"clients {torch.nonzero(sizes == 0).flatten().tolist()} hold no data")
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
-    w = sizes.double() / sizes.sum() if weights == "size" else torch.ones(len(sizes), dtype=torch.float64) / len(sizes)
+    loss_obj = get_loss(loss) if isinstance(loss, str) else loss
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    x_all, y_all, offsets = _stack_clients(clients, loss_obj, dtype, f"task {name!r}")
+    sizes = offsets[1:] - offsets[:-1]
+    n = len(sizes)
+    w = sizes.double() / sizes.sum() if weights == "size" else torch.ones(n, dtype=torch.float64) / n
     if test is not None:
-        test = ArrayDataset(test.x.to(dtype), test.y.to(ydtype), test.num_classes)
-    return Task(name, model, loss, x_all, y_all, offsets, w, l2, test, dtype)
+        test = ArrayDataset(test.x.to(dtype), test.y.to(loss_obj.target_dtype(dtype)), test.num_classes)
+    split = None
+    if client_test is not None:
+        if len(client_test) != n:
+            raise ConfigError(f"client_test has {len(client_test)} clients, the training data {n}")
+        split = ClientSplit(*_stack_clients(client_test, loss_obj, dtype, f"task {name!r} (held-out)"))
+    return Task(name, model, loss_obj, x_all, y_all, offsets, w, l2, test, dtype, split)
+
+
+def _local_split(parts: list[np.ndarray], fraction: float, rng: np.random.Generator):
+    """Each client's indices cut into (train, held-out) with ``fraction`` held out (at least one row each)."""
+    train, held = [], []
+    for p in parts:
+        p = rng.permutation(p)
+        k = min(len(p) - 1, max(1, int(round(fraction * len(p)))))
+        held.append(np.sort(p[:k]))
+        train.append(np.sort(p[k:]))
+    return train, held
 
 
 def federated_dataset_task(
@@ -261,51 +362,88 @@ def federated_dataset_task(
     l2: float = 0.0,
     weights: str = "size",
     hidden: tuple[int, ...] = (200, 200),
+    local_test_fraction: float = 0.0,
     dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
     **partition_kwargs,
 ) -> Task:
     """A centralised dataset split over ``num_clients`` clients by a seeded partitioner.
 
     ``partition_kwargs``: ``alpha`` (dirichlet), ``shards_per_client`` (shards), ``beta`` (quantity).
+    ``local_test_fraction`` > 0 holds out that share of each client's data as its own test split (the
+    AdaFedAdam authors use 0.2), for per-client metrics.
     """
+    check_number("local_test_fraction", local_test_fraction, low=0.0, high=0.9)
     train, test, parts = _split(dataset, num_clients, partition_scheme, seed, partition_kwargs)
     loss = "logistic" if train.num_classes == 2 else "cross_entropy"
     in_features = math.prod(train.x.shape[1:])
     net = make_model(model, in_features, train.num_classes, hidden=hidden)
+    held = None
+    if local_test_fraction > 0:
+        parts, held_parts = _local_split(parts, local_test_fraction, np.random.default_rng([seed, 4]))
+        held = [(train.x[p], train.y[p]) for p in held_parts]
     clients = [(train.x[p], train.y[p]) for p in parts]
-    label = f"{dataset}/{partition_scheme}{_kw(partition_kwargs)}/{num_clients}/{model}"
-    task = from_client_arrays(label, clients, net, loss, weights=weights, l2=l2, test=test, dtype=dtype)
+    extra = f",local_test={local_test_fraction}" if local_test_fraction else ""
+    label = f"{dataset}/{partition_scheme}{_kw(partition_kwargs)}/{num_clients}/{model}{extra}"
+    task = from_client_arrays(label, clients, net, loss, weights=weights, l2=l2, test=test, client_test=held,
+                              dtype=dtype)
     task.partition = parts  # kept for plots of the label mix
-    return task
+    return task.to(device)
 
 
 def least_squares_task(num_clients: int = 32, dim: int = 100, seed: int = 0, *, noise: float = 0.1,
-                       dtype: torch.dtype = torch.float64) -> Task:
+                       dtype: torch.dtype = torch.float64, device: str = "cpu") -> Task:
     """The CEADMM paper's heterogeneous linear regression: f_i = (1 / 2 d_i)||A_i x - b_i||^2,
     w_i = 1 / m (the paper's f_i = 1/2||A_i x - b_i||^2 with w_i = 1/(m d_i): the same F)."""
     clients = heterogeneous_least_squares(num_clients, dim, np.random.default_rng([seed, 0]), noise=noise)
     net = make_model("linear", dim, 1)
     return from_client_arrays(f"least_squares/{num_clients}x{dim}", clients, net, "squared",
-                              weights="uniform", dtype=dtype)
+                              weights="uniform", dtype=dtype).to(device)
 
 
 def synthetic_task(alpha: float = 1.0, beta: float = 1.0, num_clients: int = 30, seed: int = 0,
-                   model: str = "logistic") -> Task:
+                   model: str = "logistic", device: str = "cpu") -> Task:
     """Synthetic(alpha, beta) of Li et al. with multinomial logistic regression (or an MLP)."""
     clients = synthetic_li(num_clients, alpha, beta, np.random.default_rng([seed, 0]))
     net = make_model(model, clients[0][0].shape[1], 10)
-    return from_client_arrays(f"synthetic({alpha},{beta})/{num_clients}", clients, net, "cross_entropy")
+    return from_client_arrays(f"synthetic({alpha},{beta})/{num_clients}", clients, net, "cross_entropy").to(device)
 
 
-def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0,
-                       dtype: torch.dtype = torch.float64) -> Task:
-    """l2-logistic regression on QSAR oral toxicity, rows split evenly (CEADMM paper, Sec. 5)."""
-    train, test = load_dataset("qsar", seed=seed)
-    parts = np.array_split(np.arange(len(train)), num_clients)
-    clients = [(train.x[p], train.y[p]) for p in parts]
-    net = make_model("logistic", train.x.shape[1], 2)
-    return from_client_arrays(f"qsar/{num_clients}", clients, net, "logistic", weights="size",
-                              l2=mu, test=test, dtype=dtype)
+QSAR_SETTINGS = ("ours", "authors")
+
+
+def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0, setting: str = "ours",
+                       dtype: torch.dtype = torch.float64, device: str = "cpu") -> Task:
+    r"""l2-logistic regression on QSAR oral toxicity, rows split into contiguous client blocks (CEADMM paper, Sec. 5).
+
+    ``setting='ours'``: 20% of the rows held out for accuracy, a bias term, size weights and
+    f_i = mean logistic loss + mu/2 ||x||^2. ``setting='authors'``: the authors' code (ICEADMM4LogistReg.m):
+    every row used for training, no bias, the first m-1 clients round(d/m) rows each and the last the rest,
+    w_i = 1/m and f_i = mean logistic loss + mu/(2 d_i) ||x||^2 (their w_i = 1/(m d_i) on summed losses with
+    mu/2 ||x||^2 per client: the same F).
+    """
+    check_choice("setting", setting, QSAR_SETTINGS)
+    check_number("mu", mu, low=0.0)
+    if setting == "ours":
+        train, test = load_dataset("qsar", seed=seed)
+        parts = np.array_split(np.arange(len(train)), num_clients)
+        net = make_model("logistic", train.x.shape[1], 2)
+        clients = [(train.x[p], train.y[p]) for p in parts]
+        return from_client_arrays(f"qsar/{num_clients}", clients, net, "logistic", weights="size",
+                                  l2=mu, test=test, dtype=dtype).to(device)
+    train, _ = load_dataset("qsar", test_fraction=0.0, seed=seed)
+    d = len(train)
+    check_number("num_clients", num_clients, low=1, high=d // 2, integer=True)
+    sizes = [round(d / num_clients)] * (num_clients - 1)
+    sizes.append(d - sum(sizes))
+    if sizes[-1] <= 0:
+        raise ConfigError(f"num_clients={num_clients} leaves the last client no rows in the authors' split")
+    cuts = np.cumsum(sizes)[:-1]
+    clients = [(train.x[p], train.y[p]) for p in np.split(np.arange(d), cuts)]
+    net = nn.Sequential(nn.Flatten(), nn.Linear(train.x.shape[1], 1, bias=False))
+    l2 = mu / torch.tensor(sizes, dtype=torch.float64)
+    return from_client_arrays(f"qsar-authors/{num_clients}", clients, net, "logistic", weights="uniform",
+                              l2=l2, dtype=dtype).to(device)
 
 
 def _split(dataset: str, num_clients: int, scheme: str, seed: int, partition_kwargs: dict):
@@ -320,15 +458,25 @@ def _kw(kwargs: dict) -> str:
 
 
 def clustering_task(dataset: str = "mnist", num_clients: int = 100, partition_scheme: str = "dirichlet",
-                    num_clusters: int = 10, seed: int = 0, **partition_kwargs) -> Task:
+                    num_clusters: int = 10, seed: int = 0, device: str = "cpu", **partition_kwargs) -> Task:
     """Federated clustering of a dataset's inputs (labels only decide the non-IID split): the shared
     block is ``num_clusters`` centroids, each client's private block its assignments (see
-    :mod:`fedcompanion.algorithms.two_block`). Targets start at zero; the algorithm fills them."""
-    train, _, parts = _split(dataset, num_clients, partition_scheme, seed, partition_kwargs)
+    :mod:`fedcompanion.algorithms.two_block`). The initial centroids are ``num_clusters`` training points
+    drawn with the run's seed; the stored targets are zeros (the algorithm keeps the assignments)."""
+    check_number("num_clusters", num_clusters, low=1, integer=True)
+    train, test, parts = _split(dataset, num_clients, partition_scheme, seed, partition_kwargs)
     x = train.x.flatten(1)
     clients = [(x[p], np.zeros((len(p), num_clusters), dtype=np.float32)) for p in parts]
     net = Centroids(num_clusters, x.shape[1])
     label = f"{dataset}-clustering/{partition_scheme}{_kw(partition_kwargs)}/{num_clients}/C={num_clusters}"
     task = from_client_arrays(label, clients, net, "cluster", weights="size")
     task.partition = parts
-    return task
+    task.labels = torch.cat([train.y[p] for p in parts])
+    task.test = ArrayDataset(test.x.flatten(1), test.y, test.num_classes)  # labelled: for clustering accuracy
+
+    def random_points(run_seed: int) -> torch.Tensor:
+        pick = torch.randperm(len(task.x_all), generator=torch.Generator().manual_seed(run_seed))[:num_clusters]
+        return task.x_all[pick.to(task.device)].flatten()
+
+    task.initializer = random_points
+    return task.to(device)

@@ -5,6 +5,7 @@ message that names the parameter and the allowed values, never deep inside a tra
 """
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable
 
@@ -22,13 +23,13 @@ def check_number(name: str, value, *, low=None, high=None, low_open=False, integ
     if isinstance(value, bool) or not isinstance(value, kind):
         what = "an integer" if integer else "a number"
         raise ConfigError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    if not integer and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
     too_low = low is not None and (value <= low if low_open else value < low)
     if too_low or (high is not None and value > high):
         parts = [f"> {low}" if low_open else f">= {low}"] if low is not None else []
         parts += [f"<= {high}"] if high is not None else []
         raise ConfigError(f"{name} must be {' and '.join(parts)}, got {value!r}")
-    if not integer and value != value:  # NaN
-        raise ConfigError(f"{name} must be a finite number, got NaN")
     return value
 
 

@@ -1,11 +1,11 @@
 """What every federated algorithm provides, and the registry ``make(name, **hyperparameters)``.
 
-An algorithm is small: it chooses the local objective h_i of each active client
-(:class:`~fedcompanion.engine.local.LocalObjective`) and turns the returned local models into the
-next server state. Hyperparameters are validated in ``__init__``; the state of a run lives in a
-small dataclass returned by ``init`` (FedJAX/optax style). Constants derived from the task (e.g.
-beta = 1 / sum_i w_i gamma_i) may be cached on the object by ``init``, so an object drives one run
-at a time, any number of runs in sequence.
+An algorithm is a pure state machine (optax / FedJAX style). Its object holds only the hyperparameters,
+validated in ``__init__``; everything a run keeps, constants derived from the task included, is in the
+:class:`~fedcompanion.protocol.State` that ``init`` returns, split into the server's part and each
+client's part. The round functions (see :mod:`fedcompanion.protocol`) take a state and return new
+values; they change neither the algorithm object, nor the task, nor the state they were given, so one
+object can drive any number of runs, interleaved or not.
 """
 from __future__ import annotations
 
@@ -14,63 +14,93 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.local import LocalObjective, RoundInfo
+from ..protocol import ActiveClients, LocalObjective, LocalResult, RoundInfo, State
 from ..validation import ConfigError, check_choice
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerState:
-    """The global model x_0 (flat [P]); subclasses add what their algorithm keeps."""
+    """The global model x_0 (flat [P]); subclasses add what their server keeps."""
 
     x: torch.Tensor
 
 
+Messages = dict[str, torch.Tensor]
+
+
 class Algorithm:
-    """Base class. Subclasses set the class attributes and implement the three methods.
+    """Base class. Subclasses set ``name`` and implement the round functions.
 
     Attributes:
         name: registry name.
-        upload_vectors, upload_scalars: what each active client sends per round (P floats per vector).
-        download_vectors: what the server sends each active client per round.
-        needs_probe: whether ``aggregate`` needs (f_i(x_0), grad f_i(x_0)) of the active clients.
+        needs_probe: whether ``client_update`` needs the probe (f_i(x_0), grad f_i(x_0)) of each active client.
     """
 
     name = "base"
-    upload_vectors = 1
-    upload_scalars = 0
-    download_vectors = 1
     needs_probe = False
 
-    def init(self, task, x0: torch.Tensor) -> ServerState:
+    # ------------------------------------------------------------------ state
+    def init(self, task, x0: torch.Tensor) -> State:
+        """The state at round 0: the server's part and every client's part."""
+        return State(self.init_server(task, x0), self.init_clients(task, x0))
+
+    def init_server(self, task, x0: torch.Tensor):
         return ServerState(x0.clone())
 
-    def local_objective(self, state: ServerState, info: RoundInfo) -> LocalObjective:
+    def init_clients(self, task, x0: torch.Tensor) -> dict[str, tuple[torch.Tensor, ...]]:
+        return {}
+
+    # ------------------------------------------------------------------ one round
+    def broadcast(self, state: State) -> Messages:
+        """What the server sends every active client (default: the global model)."""
+        return {"x": state.server.x}
+
+    def local_objective(self, task, received: Messages, clients: ActiveClients, info: RoundInfo) -> LocalObjective:
         raise NotImplementedError
 
-    def aggregate(self, state: ServerState, info: RoundInfo, x_local: torch.Tensor,
-                  probe: tuple[torch.Tensor, torch.Tensor] | None = None) -> ServerState:
+    def client_update(self, task, received: Messages, clients: ActiveClients, info: RoundInfo,
+                      result: LocalResult) -> tuple[dict, Messages]:
+        """(the active clients' new state entries, the uploads: name -> [K, ...])."""
         raise NotImplementedError
 
+    def server_update(self, server, info: RoundInfo, uploads: Messages):
+        """The new server state, from the old one and what the clients uploaded."""
+        raise NotImplementedError
+
+    def aggregate(self, task, state: State, info: RoundInfo, result: LocalResult) -> State:
+        """``client_update`` then ``server_update``: the state after the round (``state`` is unchanged)."""
+        clients = state.active(info.clients)
+        new_clients, uploads = self.client_update(task, self.broadcast(state), clients, info, result)
+        return state.updated(self.server_update(state.server, info, uploads), info.clients, new_clients)
+
+    # ------------------------------------------------------------------ description
     def hyperparameters(self) -> dict:
-        """The constructor arguments, for results tables and cache keys."""
-        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        """The constructor arguments (for results tables and cache keys)."""
+        return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{type(self).__name__}({args})"
 
 
-REGISTRY: dict[str, type[Algorithm]] = {}
+def delta(received: Messages, result: LocalResult) -> torch.Tensor:
+    """Delta_i = x_i - x_0 of the active clients, [K, P]."""
+    return result.x - received["x"]
 
 
-def register(cls: type[Algorithm]) -> type[Algorithm]:
+REGISTRY: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
     """Class decorator: make ``cls`` available as ``make(cls.name, ...)``."""
     REGISTRY[cls.name] = cls
     return cls
 
 
-def make(name: str, **hyperparameters) -> Algorithm:
+def make(name: str, **hyperparameters):
     """Build a registered algorithm, e.g. ``make('fedprox', mu=0.01)``."""
+    if not isinstance(name, str):
+        raise ConfigError(f"algorithm must be a name (str), got {name!r} ({type(name).__name__})")
     check_choice("algorithm", name, REGISTRY)
     cls = REGISTRY[name]
     allowed = list(inspect.signature(cls).parameters)
@@ -78,3 +108,8 @@ def make(name: str, **hyperparameters) -> Algorithm:
     if unknown:
         raise ConfigError(f"{name} has no hyperparameter {unknown}; its hyperparameters are {allowed}")
     return cls(**hyperparameters)
+
+
+def is_engine_algorithm(algorithm) -> bool:
+    """Whether ``fc.run`` can drive it (the ADMM family runs full-batch with its own ``solve``)."""
+    return isinstance(algorithm, Algorithm)

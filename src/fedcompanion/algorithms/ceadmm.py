@@ -28,13 +28,20 @@ Local updates:
   :math:`x^{k+1} = \sum_i w_i x_i^k,\ x_i^{k+1} = x^{k+1} - \gamma\nabla f_i(x^{k+1})`.
 * **linearised at the local point** with :math:`H_i = r_i I` (**ICEADMM** Algorithm 5):
   :math:`x_i^{k+1} = \big(w_i r_i x_i^k + \sigma_i y^{k+1} - w_i\nabla f_i(x_i^k) - \pi_i^k\big)/(w_i r_i + \sigma_i)`,
-  one gradient step on the local objective with step size 1/(w_i r_i + sigma_i).
+  one gradient step on the local objective with step size 1/(w_i r_i + sigma_i). With
+  ``curvature='gram'``, :math:`H_i = A_i^\top A_i / (d_i\, r)` (r = ``gram_r`` = 6), what the authors' code
+  uses for logistic regression (ICEADMM4LogistReg.m): then
+  :math:`(w_i H_i + \sigma_i I)(x_i^{k+1} - x_i^k) = \sigma_i(y^{k+1} - x_i^k) - w_i\nabla f_i(x_i^k) - \pi_i^k`
+  is solved, as there, by conjugate gradients from zero (at most 50 iterations, residual below 1e-4 of the
+  right-hand side).
 
 Penalties (the authors' code): :math:`\sigma_i = \frac{r_0}{\log(2 + k_0)}\log(m\,d_i)\,w_i r_i` with
 :math:`r_i` the Lipschitz constant of :math:`\nabla f_i` and r0 = 0.1 (m > 20), 0.12 (10 < m <= 20),
 0.15 (m <= 10). As in that code, every local copy is reset to y at each communication
-(``reset_local``). Clients of different sizes are stored as padded blocks [m, d_max, n], so one
-iteration of all clients is a handful of batched tensor operations.
+(``reset_local``), and the run stops once :math:`\|\nabla f(y)\|^2` (evaluated when y changes) falls below
+``tol``. Clients of different sizes are stored as padded blocks [m, d_max, n], so one iteration of all clients
+is a handful of batched tensor operations; every quantity is computed once per iteration and shared by the
+step and the recorded metrics (:math:`f(y)` only when y changes).
 """
 from __future__ import annotations
 
@@ -45,11 +52,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
+from ..protocol import DIVERGENCE_FACTOR, GLOBAL, RunResult, has_diverged
 from ..validation import ConfigError, check_choice, check_number
 from .base import register
 
 SOLVERS = ("exact", "linearized_server", "linearized_local")
+CURVATURES = ("lipschitz", "gram")
 
 
 def _bmv(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
@@ -59,73 +69,100 @@ def _bmv(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class ClientBlocks:
-    """Every client's design matrix, padded: A [m, D, n], targets [m, D], mask [m, D], sizes [m]."""
+    """Every client's design matrix, zero-padded: A [m, D, n], targets [m, D], mask [m, D], sizes d_i [m],
+    weights w_i [m], l2 mu_i [m] and the loss (a linear-predictor :class:`~fedcompanion.losses.Loss`)."""
 
     a: torch.Tensor
     y: torch.Tensor
     mask: torch.Tensor
     sizes: torch.Tensor
     weights: torch.Tensor
-    l2: float
-    loss: str
+    l2: torch.Tensor
+    loss: object
 
     @classmethod
     def from_task(cls, task) -> ClientBlocks:
         from ..tasks import linear_design
 
         design, targets, _ = linear_design(task)  # raises for non-convex models
-        if task.loss not in ("squared", "logistic"):
-            raise ConfigError(f"the ADMM family here needs a least-squares or logistic task, got {task.loss!r}")
         sizes = task.client_sizes
         m, d, n = len(sizes), int(sizes.max()), design.shape[1]
-        a = torch.zeros(m, d, n, dtype=torch.float64)
-        y = torch.zeros(m, d, dtype=torch.float64)
-        mask = torch.zeros(m, d, dtype=torch.float64)
+        opts = dict(dtype=torch.float64, device=design.device)
+        a, y, mask = torch.zeros(m, d, n, **opts), torch.zeros(m, d, **opts), torch.zeros(m, d, **opts)
         for i in range(m):
             lo, hi = int(task.offsets[i]), int(task.offsets[i + 1])
             a[i, : hi - lo], y[i, : hi - lo], mask[i, : hi - lo] = design[lo:hi], targets[lo:hi], 1.0
-        return cls(a, y, mask, sizes.double(), task.weights.double(), float(task.l2), task.loss)
+        return cls(a, y, mask, sizes.to(**opts), task.weights.to(**opts), task.client_l2.to(**opts), task.loss)
 
-    def _z(self, x):  # A_i x_i: [m, D]
+    @property
+    def uses_gram(self) -> bool:
+        """Least squares with n <= d_max: values and gradients from H_i = A_i^T A_i / d_i, one pass over
+        [m, n, n] instead of two over [m, D, n]."""
+        return self.loss.name == "squared" and self.a.shape[2] <= self.a.shape[1]
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """A_i x_i: [m, D] (zero on padding rows)."""
         return _bmv(self.a, x)
 
-    def _at(self, r):  # A_i^T r_i / d_i: [m, n]
+    def _at(self, r: torch.Tensor) -> torch.Tensor:
+        """A_i^T r_i / d_i: [m, n] (padding rows of A are zero, so padded entries of r do not count)."""
         return _bmv(self.a.transpose(1, 2), r) / self.sizes[:, None]
 
-    def values(self, x: torch.Tensor) -> torch.Tensor:
-        """f_i(x_i) for every client: [m]."""
-        z = self._z(x)
-        if self.loss == "squared":
-            per = 0.5 * (z - self.y) ** 2
-        else:
-            per = torch.nn.functional.softplus(z) - self.y * z
-        return (per * self.mask).sum(1) / self.sizes + 0.5 * self.l2 * (x * x).sum(1)
+    def evaluate(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(f_i(x_i) [m], grad f_i(x_i) [m, n]).
 
-    def grads(self, x: torch.Tensor) -> torch.Tensor:
-        """grad f_i(x_i) for every client: [m, n]."""
-        if self.loss == "squared":  # H_i x_i - A_i^T b_i / d_i: one pass over [m, n, n], not two over A
-            return _bmv(self.gram, x) - self.atb + self.l2 * x
-        r = torch.sigmoid(self._z(x)) - self.y
-        return self._at(r * self.mask) + self.l2 * x
+        Least squares with ``uses_gram``: with x^_i a minimiser of client i's data term (``anchor``) and
+        f^_i its value (``floor``), e = x - x^_i gives grad = H_i e and f = f^_i + e'H_i e / 2 exactly, so one
+        pass over H_i yields both, and no digits are lost to cancellation near the optimum."""
+        reg = 0.5 * self.l2 * (x * x).sum(1)
+        if self.uses_gram:
+            e = x - self.anchor
+            he = _bmv(self.gram, e)
+            return self.floor + 0.5 * (e * he).sum(1) + reg, he + self.l2[:, None] * x
+        z = self.predict(x)
+        value = (self.loss.phi(z, self.y) * self.mask).sum(1) / self.sizes
+        return value + reg, self._at(self.loss.dphi(z, self.y)) + self.l2[:, None] * x
+
+    @functools.cached_property
+    def anchor(self) -> torch.Tensor:
+        """x^_i: the minimum-norm least-squares solution of A_i x = b_i, [m, n]."""
+        return torch.linalg.lstsq(self.a, self.y.unsqueeze(-1), driver="gelsd" if self.a.device.type == "cpu"
+                                  else None).solution.squeeze(-1)
+
+    @functools.cached_property
+    def floor(self) -> torch.Tensor:
+        """f^_i = ||A_i x^_i - b_i||^2 / (2 d_i), [m]."""
+        residual = (self.predict(self.anchor) - self.y) * self.mask
+        return 0.5 * (residual * residual).sum(1) / self.sizes
 
     def hvp(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Hessian of the logistic f_i at x_i times v_i: [m, n] (Newton-CG; least squares solves directly)."""
-        s = torch.sigmoid(self._z(x))
-        return self._at(s * (1 - s) * self.mask * self._z(v)) + self.l2 * v
+        """Hessian of f_i at x_i times v_i: [m, n]."""
+        return self._at(self.loss.d2phi(self.predict(x), self.y) * self.predict(v)) + self.l2[:, None] * v
+
+    def gram_matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """A_i^T A_i v_i / d_i: [m, n]."""
+        return self._at(self.predict(v))
 
     @functools.cached_property
     def gram(self) -> torch.Tensor:
-        """H_i = A_i^T A_i / d_i: [m, n, n]."""
+        """H_i = A_i^T A_i / d_i: [m, n, n] (least squares only)."""
         return torch.bmm(self.a.transpose(1, 2), self.a) / self.sizes[:, None, None]
 
     @functools.cached_property
     def atb(self) -> torch.Tensor:
-        return self._at(self.y * self.mask)
+        return self._at(self.y)
 
     def lipschitz(self) -> torch.Tensor:
-        """r_i: lambda_max(A_i^T A_i) / d_i (/4 for logistic) + l2."""
-        top = torch.linalg.eigvalsh(self.gram)[:, -1]
-        return (top / 4 if self.loss == "logistic" else top) + self.l2
+        """r_i = curvature bound * lambda_max(A_i^T A_i) / d_i + mu_i, from the smaller Gram side (A_i A_i^T is
+        d_i x d_i, A_i^T A_i is n x n; both have the same largest eigenvalue)."""
+        m, d, n = self.a.shape
+        if n <= d:
+            gram = self.gram * self.sizes[:, None, None] if "gram" in self.__dict__ else \
+                torch.bmm(self.a.transpose(1, 2), self.a)
+        else:
+            gram = torch.bmm(self.a, self.a.transpose(1, 2))  # padding rows add zero eigenvalues only
+        top = torch.linalg.eigvalsh(gram)[:, -1] / self.sizes
+        return self.loss.curvature_bound * top + self.l2
 
 
 def default_penalties(blocks: ClientBlocks, k0: int, r: torch.Tensor) -> torch.Tensor:
@@ -135,8 +172,9 @@ def default_penalties(blocks: ClientBlocks, k0: int, r: torch.Tensor) -> torch.T
     return r0 / math.log(2 + k0) * torch.log(m * blocks.sizes) * blocks.weights * r
 
 
-def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int) -> torch.Tensor:
-    """Conjugate gradients on m independent SPD systems at once (rows of ``rhs``).
+def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int, relative: bool = False) -> torch.Tensor:
+    """Conjugate gradients from zero on m independent SPD systems at once (rows of ``rhs``), until each
+    residual norm is <= ``tol`` (times the norm of its right-hand side if ``relative``).
 
     Written here because neither torch nor scipy offers a *batched* CG; scipy's ``cg`` would mean
     a Python loop over clients."""
@@ -144,8 +182,9 @@ def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int) -> torch.Te
     r = rhs.clone()
     p = r.clone()
     rs = (r * r).sum(1)
+    limit = (tol**2) * (rs if relative else torch.ones_like(rs))
     for _ in range(max_iter):
-        live = rs.sqrt() > tol
+        live = rs > limit
         if not live.any():
             break
         ap = matvec(p)
@@ -158,18 +197,7 @@ def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int) -> torch.Te
     return x
 
 
-@dataclass
-class ADMMResult:
-    """history: tidy (iteration, metric, value); params: the server point y at the end."""
-
-    history: pd.DataFrame
-    params: torch.Tensor
-    iterations: int
-    status: str
-
-    def metric(self, name: str) -> pd.Series:
-        h = self.history
-        return h[h.metric == name].set_index("iteration")["value"]
+METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "comm_rounds", "test_accuracy")
 
 
 class ConsensusADMM:
@@ -181,98 +209,151 @@ class ConsensusADMM:
     dual = True
 
     def __init__(self, k0: int = 1, sigma: float | list | None = None, gamma: float | None = None,
-                 tol_local: float = 1e-10, reset_local: bool = True):
+                 tol_local: float = 1e-10, reset_local: bool = True, curvature: str = "lipschitz",
+                 gram_r: float = 6.0):
         self.k0 = check_number("k0", k0, low=1, integer=True)
-        self.sigma = sigma
+        if sigma is not None and gamma is not None:
+            raise ConfigError("give sigma or gamma (sigma_i = w_i / gamma), not both")
+        if isinstance(sigma, (list, tuple)):
+            self.sigma = [check_number("sigma", s, low=0.0, low_open=True) for s in sigma]
+        else:
+            self.sigma = None if sigma is None else check_number("sigma", sigma, low=0.0, low_open=True)
         self.gamma = None if gamma is None else check_number("gamma", gamma, low=0.0, low_open=True)
         self.tol_local = check_number("tol_local", tol_local, low=0.0, low_open=True)
+        if not isinstance(reset_local, bool):
+            raise ConfigError(f"reset_local must be True or False, got {reset_local!r}")
         self.reset_local = reset_local
-        check_choice("solver", self.solver, SOLVERS)
+        self.curvature = check_choice("curvature", curvature, CURVATURES)
+        if curvature == "gram" and self.solver != "linearized_local":
+            raise ConfigError(f"curvature='gram' applies to ICEADMM's linearised step only, not to {self.name}")
+        self.gram_r = check_number("gram_r", gram_r, low=0.0, low_open=True)
+
+    def hyperparameters(self) -> dict:
+        import inspect
+
+        return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
 
     def penalties(self, blocks: ClientBlocks, r: torch.Tensor) -> torch.Tensor:
         if self.gamma is not None:  # sigma_i = w_i / gamma (Algorithms 1, 2 and 4 of the paper)
             return blocks.weights / self.gamma
         if self.sigma is None:
             return default_penalties(blocks, self.k0, r)
-        sigma = torch.as_tensor(self.sigma, dtype=torch.float64).expand(len(blocks.sizes)).clone()
-        if (sigma <= 0).any():
-            raise ConfigError(f"sigma must be > 0 for every client, got {self.sigma!r}")
-        return sigma
+        m = len(blocks.sizes)
+        if isinstance(self.sigma, list) and len(self.sigma) != m:
+            raise ConfigError(f"sigma has {len(self.sigma)} values but the task has {m} clients")
+        return torch.as_tensor(self.sigma, dtype=torch.float64, device=r.device).expand(m).clone()
 
     # ------------------------------------------------------------------ local updates
     def _exact(self, b: ClientBlocks, x, y, pi, sigma, cache):
         w = b.weights[:, None]
-        if b.loss == "squared":  # (w_i (H_i + l2 I) + sigma_i I) x = w_i A_i^T b_i / d_i - pi_i + sigma_i y
+        if b.loss.name == "squared":  # (w_i (H_i + mu_i I) + sigma_i I) x = w_i A_i^T b_i / d_i - pi_i + sigma_i y
             if "inverse" not in cache:  # factor once; then each solve is one batched product
-                eye = torch.eye(b.gram.shape[-1], dtype=b.gram.dtype)
-                system = w[:, :, None] * (b.gram + b.l2 * eye) + sigma[:, None, None] * eye
+                eye = torch.eye(b.a.shape[-1], dtype=b.a.dtype, device=b.a.device)
+                system = w[:, :, None] * (b.gram + b.l2[:, None, None] * eye) + sigma[:, None, None] * eye
                 cache["inverse"] = torch.cholesky_inverse(torch.linalg.cholesky(system))
             return _bmv(cache["inverse"], w * b.atb - pi + sigma[:, None] * y)
         for _ in range(50):  # Newton-CG on w_i f_i(x) + <pi_i, x> + sigma_i/2 ||x - y||^2
-            g = w * b.grads(x) + pi + sigma[:, None] * (x - y)
+            g = w * b.evaluate(x)[1] + pi + sigma[:, None] * (x - y)
             if g.norm(dim=1).max() <= self.tol_local:
                 break
             step = batched_cg(lambda v, x=x: w * b.hvp(x, v) + sigma[:, None] * v, g, self.tol_local * 1e-2, 200)
             x = x - step
         return x
 
-    def _local(self, b, x, y, pi, sigma, r, cache):
+    def _local(self, b, x, y, pi, sigma, r, grad_x, cache):
+        """x_i^{k+1}; ``grad_x`` is grad f_i(x_i^k) (the linearised-local step needs it)."""
         if self.solver == "exact":
             return self._exact(b, x, y, pi, sigma, cache)
         w = b.weights[:, None]
         if self.solver == "linearized_server":  # y - (w_i grad f_i(y) + pi_i) / sigma_i
             y_all = y.expand_as(x)
-            return y_all - (w * b.grads(y_all) + pi) / sigma[:, None]
-        wr = (b.weights * r)[:, None]  # ICEADMM, H_i = r_i I
-        return (wr * x + sigma[:, None] * y - w * b.grads(x) - pi) / (wr + sigma[:, None])
+            return y_all - (w * b.evaluate(y_all)[1] + pi) / sigma[:, None]
+        rhs = sigma[:, None] * (y - x) - w * grad_x - pi  # ICEADMM
+        if self.curvature == "lipschitz":  # H_i = r_i I
+            return x + rhs / (w * r[:, None] + sigma[:, None])
+        scale = w / self.gram_r  # H_i = A_i^T A_i / (d_i r): CG as in the authors' code
+        return x + batched_cg(lambda v: scale * b.gram_matvec(v) + sigma[:, None] * v, rhs, 1e-4, 50, relative=True)
 
     # ------------------------------------------------------------------ the loop
     def solve(self, task, iterations: int = 1000, tol: float | None = None, record_every: int = 1,
-              x0: torch.Tensor | None = None) -> ADMMResult:
-        """Run up to ``iterations`` iterations; stop early once ||sum_i w_i grad f_i(x_i)||^2 < ``tol``."""
+              x0: torch.Tensor | None = None, divergence_factor: float | None = DIVERGENCE_FACTOR,
+              device: str | torch.device | None = None, progress: bool = False) -> RunResult:
+        r"""Run up to ``iterations`` iterations from ``x0`` (default zeros); stop early once
+        :math:`\|\nabla f(y)\|^2 <` ``tol``; stop as diverged once f(y) is not finite or exceeds
+        ``divergence_factor`` times f(y^1) (``None``: only NaN/inf).
+
+        Records every ``record_every`` iterations (and the last): ``objective_y`` f(y^{k+1}), ``objective_X``
+        F(X^{k+1}) = sum_i w_i f_i(x_i^{k+1}), ``lagrangian`` L(y^{k+1}, X^{k+1}, Pi^{k+1}), ``grad_sq_y``, the
+        communication rounds so far and, where the task has test data, ``test_accuracy`` of y. The history's
+        ``round`` is the iteration k+1."""
         check_number("iterations", iterations, low=1, integer=True)
         check_number("record_every", record_every, low=1, integer=True)
+        if tol is not None:
+            check_number("tol", tol, low=0.0, low_open=True)
+        if divergence_factor is not None:
+            check_number("divergence_factor", divergence_factor, low=1.0)
+        task = task if device is None else task.to(device)
+        wall = time.perf_counter()
         b = ClientBlocks.from_task(task)
         m, n = len(b.sizes), b.a.shape[-1]
         r = b.lipschitz()
         sigma = self.penalties(b, r)
-        x = torch.zeros(m, n, dtype=torch.float64) if x0 is None else x0.double().expand(m, n).clone()
+        if x0 is None:
+            x = torch.zeros(m, n, dtype=torch.float64, device=b.a.device)
+        else:
+            if not isinstance(x0, torch.Tensor) or x0.shape != (n,):
+                raise ConfigError(f"x0 must be a tensor of shape ({n},), got {getattr(x0, 'shape', type(x0))}")
+            x = x0.to(b.a).expand(m, n).clone()
         pi = torch.zeros_like(x)
-        y = x[0].clone()
+        grad_x = b.evaluate(x)[1]
         cache: dict = {}
-        rows: list[tuple] = []
-        comm, status, start = 0, "max_iterations", time.process_time()
-        test = task.test
-        for k in range(iterations):
+        values = torch.full((iterations, len(METRICS)), float("nan"), dtype=torch.float64)
+        recorded, compute_times = [], []
+        comm, status, diverged_round, first_f = 0, "ok", None, None
+        compute, f_y, grad_sq_y, accuracy = 0.0, math.nan, math.nan, math.nan
+        for k in tqdm(range(iterations), desc=self.name, disable=not progress, leave=False):
+            tic = time.perf_counter()
             if k % self.k0 == 0:  # communication: clients upload z_i = sigma_i x_i + pi_i
                 y = (sigma[:, None] * x + pi).sum(0) / sigma.sum()
                 comm += 1
                 if self.reset_local:
                     x = y.expand(m, n).clone()
-            x = self._local(b, x, y, pi, sigma, r, cache)
+                f_i, g_i = b.evaluate(y.expand(m, n))
+                f_y, grad_sq_y = float(b.weights @ f_i), float(((b.weights @ g_i) ** 2).sum())
+                if self.reset_local:
+                    grad_x = g_i
+                if first_f is None:
+                    first_f = f_y
+                if task.test is not None:
+                    accuracy = float(task.test_metrics(y.to(task.dtype))["test_accuracy"])
+            x = self._local(b, x, y, pi, sigma, r, grad_x, cache)
             if self.dual:
                 pi = pi + sigma[:, None] * (x - y)
-            if (k + 1) % record_every and k + 1 != iterations:
-                continue
-            f_x, g_x = b.values(x), b.grads(x)
-            y_all = y.expand(m, n)
-            f_y, g_y = b.weights @ b.values(y_all), b.weights @ b.grads(y_all)
-            grad_sum_sq = float(((b.weights[:, None] * g_x).sum(0) ** 2).sum())
-            lagrangian = b.weights @ f_x + (pi * (x - y)).sum() + 0.5 * (sigma * ((x - y) ** 2).sum(1)).sum()
-            values = {"objective_y": float(f_y), "objective_X": float(b.weights @ f_x),
-                      "lagrangian": float(lagrangian), "grad_sq_y": float((g_y**2).sum()),
-                      "grad_sum_sq": grad_sum_sq, "comm_rounds": comm, "cpu_time": time.process_time() - start}
-            if test is not None:
-                values["test_accuracy"] = float(task.test_metrics(y.to(task.dtype))["test_accuracy"])
-            rows.extend((k + 1, name, v) for name, v in values.items())
-            if not math.isfinite(values["objective_y"]):
-                status = "diverged"
+            last = k + 1 == iterations
+            stop = (tol is not None and grad_sq_y < tol) or has_diverged(f_y, first_f, divergence_factor)
+            record = (k + 1) % record_every == 0 or last or stop
+            if self.solver == "linearized_local" or record:
+                f_x, grad_x = b.evaluate(x)
+            compute += time.perf_counter() - tic
+            if record:
+                lagrangian = b.weights @ f_x + (pi * (x - y)).sum() + 0.5 * (sigma * ((x - y) ** 2).sum(1)).sum()
+                values[k, :5] = torch.stack([torch.tensor(f_y), b.weights @ f_x, lagrangian,
+                                             torch.tensor(grad_sq_y), torch.tensor(float(comm))]).cpu()
+                values[k, 5] = accuracy
+                recorded.append(k)
+                compute_times.append(compute)
+            if stop:
+                if tol is not None and grad_sq_y < tol:
+                    status = "converged"
+                else:
+                    status, diverged_round = "diverged", k + 1
                 break
-            if tol is not None and grad_sum_sq < tol:
-                status = "converged"
-                break
-        history = pd.DataFrame(rows, columns=["iteration", "metric", "value"])
-        return ADMMResult(history, y.to(task.dtype), k + 1, status)
+        names = METRICS if task.test is not None else METRICS[:-1]
+        table = values[recorded, : len(names)].numpy()
+        rows = [(k + 1, GLOBAL, name, float(v)) for k, row in zip(recorded, table) for name, v in zip(names, row)]
+        history = pd.DataFrame(rows, columns=["round", "client", "metric", "value"])
+        timing = pd.DataFrame({"round": [k + 1 for k in recorded], "compute_time": compute_times})
+        return RunResult(history, y.to(task.dtype), status, diverged_round, time.perf_counter() - wall, timing)
 
 
 @register
@@ -301,6 +382,10 @@ class CEADMM(ConsensusADMM):
 
     name = "ceadmm"
 
+    def __init__(self, k0: int = 1, sigma: float | list | None = None, tol_local: float = 1e-10,
+                 reset_local: bool = True):
+        super().__init__(k0=k0, sigma=sigma, tol_local=tol_local, reset_local=reset_local)
+
 
 @register
 class LIADMM(ConsensusADMM):
@@ -314,6 +399,11 @@ class LIADMM(ConsensusADMM):
 
 @register
 class ICEADMM(ConsensusADMM):
-    """Algorithm 5: one linearised step (H_i = r_i I) per iteration, communication every k0."""
+    """Algorithm 5: one linearised step (H_i = r_i I, or the authors' Gram curvature for logistic regression)
+    per iteration, communication every k0."""
 
     name, solver = "iceadmm", "linearized_local"
+
+    def __init__(self, k0: int = 1, sigma: float | list | None = None, reset_local: bool = True,
+                 curvature: str = "lipschitz", gram_r: float = 6.0):
+        super().__init__(k0=k0, sigma=sigma, reset_local=reset_local, curvature=curvature, gram_r=gram_r)

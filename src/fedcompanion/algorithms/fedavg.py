@@ -1,7 +1,7 @@
 r"""FedAvg (McMahan et al., 2017) and FedProx (Li et al., 2020).
 
 Local work: Q_i steps of SGD on :math:`h_i(x) = f_i(x) + \frac{\mu}{2}\|x - x_0\|^2`
-(FedAvg: :math:`\mu = 0`). With :math:`\Delta_i = x_i - x_0` the server step is
+(FedAvg: :math:`\mu = 0`). Each active client uploads :math:`\Delta_i = x_i - x_0`; the server step is
 
 .. math::
     \text{normalized:}\quad x_0 \leftarrow x_0 + \eta_g \frac{\sum_{i\in A} w_i \Delta_i}{\sum_{i\in A} w_i}
@@ -14,13 +14,24 @@ importance-weighted form whose expectation over the sampling is the full-partici
 """
 from __future__ import annotations
 
-from ..engine.local import LocalObjective
+import dataclasses
+
+from ..protocol import LocalObjective
 from ..validation import check_choice, check_number
-from .base import Algorithm, RoundInfo, ServerState, register
+from .base import Algorithm, delta, register
+
+
+def weighted_mean_of_updates(info, updates, aggregation: str):
+    """sum_{i in A} c_i Delta_i with c_i = w_i / sum_A w (normalized) or w_i / p_i (unbiased)."""
+    w = info.active_weights.to(updates.dtype)
+    coef = w / w.sum() if aggregation == "normalized" else w / info.active_probs.to(updates.dtype)
+    return coef @ updates
 
 
 @register
 class FedAvg(Algorithm):
+    """FedAvg. Hyperparameters: ``server_lr`` eta_g > 0, ``aggregation`` ``'normalized'`` or ``'unbiased'``."""
+
     name = "fedavg"
 
     def __init__(self, server_lr: float = 1.0, aggregation: str = "normalized"):
@@ -30,23 +41,23 @@ class FedAvg(Algorithm):
     def proximal_weight(self) -> float:
         return 0.0
 
-    def local_objective(self, state: ServerState, info: RoundInfo) -> LocalObjective:
-        return LocalObjective.sgd(state.x, info.steps, info.lr, prox=self.proximal_weight())
+    def local_objective(self, task, received, clients, info):
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.proximal_weight())
 
-    def aggregate(self, state, info, x_local, probe=None):
+    def client_update(self, task, received, clients, info, result):
+        return {}, {"delta": delta(received, result)}
+
+    def server_update(self, server, info, uploads):
         if len(info.clients) == 0:
-            return state
-        w = info.active_weights.to(x_local.dtype)
-        if self.aggregation == "normalized":
-            coef = w / w.sum()
-        else:
-            coef = w / info.probs[info.clients].to(x_local.dtype)
-        state.x = state.x + self.server_lr * (coef @ (x_local - state.x))
-        return state
+            return server
+        step = weighted_mean_of_updates(info, uploads["delta"], self.aggregation)
+        return dataclasses.replace(server, x=server.x + self.server_lr * step)
 
 
 @register
 class FedProx(FedAvg):
+    """FedProx: FedAvg's server with the proximal weight ``mu`` >= 0 in the local objective."""
+
     name = "fedprox"
 
     def __init__(self, mu: float = 0.01, server_lr: float = 1.0, aggregation: str = "normalized"):

@@ -39,24 +39,17 @@ d = N/m, equal weights and :math:`\gamma_i = \alpha`.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ..engine.local import LocalObjective
+from ..protocol import LocalObjective, RoundInfo, per_client
 from ..validation import ConfigError, check_choice, check_number
-from .base import Algorithm, RoundInfo, ServerState, register
+from .base import Algorithm, ServerState, delta, register
 
 Stepsize = float | str | Callable[[RoundInfo], torch.Tensor]
-
-
-@dataclass
-class PrimalDualState(ServerState):
-    """x_0, the dual average lambda = sum_i w_i lambda_i, and every client's dual lambda_i [N, P]."""
-
-    lam: torch.Tensor
-    lam_clients: torch.Tensor
 
 
 def _stepsize(name: str, value: Stepsize, info: RoundInfo, dtype) -> torch.Tensor:
@@ -65,11 +58,11 @@ def _stepsize(name: str, value: Stepsize, info: RoundInfo, dtype) -> torch.Tenso
     if callable(value):
         out = torch.as_tensor(value(info), dtype=dtype).expand(k)
     elif value == "inverse_probability":
-        out = 1.0 / info.probs[info.clients].to(dtype)
+        out = 1.0 / info.active_probs.to(dtype)
     else:
         out = torch.full((k,), float(value), dtype=dtype)
-    if not torch.isfinite(out).all():
-        raise ConfigError(f"{name} is not finite in round {info.round}")
+    if not torch.isfinite(out).all() or (out < 0).any():
+        raise ConfigError(f"{name} must be finite and >= 0 for every client; round {info.round} gave {out.tolist()}")
     return out
 
 
@@ -79,11 +72,31 @@ def _check_stepsize(name: str, value: Stepsize) -> Stepsize:
     return check_number(name, value, low=0.0)
 
 
-def _penalties(gamma, task, dtype) -> torch.Tensor:
-    g = torch.as_tensor(gamma, dtype=dtype).expand(task.num_clients).clone()
-    if (g <= 0).any():
-        raise ConfigError(f"gamma must be > 0 for every client, got {gamma!r}")
-    return g
+def _check_gamma(gamma):
+    if isinstance(gamma, (list, tuple)):
+        if not gamma:
+            raise ConfigError("gamma must be a number or a non-empty list (one per client), got []")
+        return [check_number("gamma", g, low=0.0, low_open=True) for g in gamma]
+    return check_number("gamma", gamma, low=0.0, low_open=True)
+
+
+def penalties(gamma, num_clients: int, dtype) -> torch.Tensor:
+    """gamma_i for every client [N], from one number or a list of N."""
+    if isinstance(gamma, (list, tuple)) and len(gamma) != num_clients:
+        raise ConfigError(f"gamma has {len(gamma)} values but the task has {num_clients} clients; "
+                          "give one number or one value per client")
+    return torch.as_tensor(gamma, dtype=dtype).expand(num_clients).clone()
+
+
+@dataclass(frozen=True)
+class FedVRAServer(ServerState):
+    """x_0, the dual average lambda = sum_i w_i lambda_i, gamma_i of every client [N], beta = 1/sum_i w_i gamma_i,
+    and (``server_update='direct'`` only) the server's copies of every lambda_i."""
+
+    lam: torch.Tensor
+    gamma: torch.Tensor
+    beta: float
+    lam_copies: tuple | None = None
 
 
 @register
@@ -91,109 +104,139 @@ class FedVRA(Algorithm):
     """FedVRA. Hyperparameters: ``gamma`` (penalty gamma_i; a number or one per client),
     ``dual_stepsize`` a_i^r and ``aggregation_stepsize`` d_i^r (each a number >= 0, a callable
     ``RoundInfo -> [K]``, or for d ``'inverse_probability'``: d_i^r = 1/p_i^r), ``server_update``
-    ``'split'`` (Steps 19-20) or ``'direct'`` (eq. (10))."""
+    ``'split'`` (Steps 19-20) or ``'direct'`` (eq. (10)).
+
+    Client state: lambda_i (and gamma_i). Uploads: Delta_i and the scalar a_i^r (split) or Delta_i and
+    lambda_i (direct)."""
 
     name = "fedvra"
-    # split: Delta_i and the scalar a_i^r; direct (eq. 10): Delta_i and lambda_i
-    upload_vectors = property(lambda self: 1 if self.server_update == "split" else 2)
-    upload_scalars = property(lambda self: 1 if self.server_update == "split" else 0)
 
     def __init__(self, gamma: float | list = 0.1, dual_stepsize: Stepsize = 1.0,
                  aggregation_stepsize: Stepsize = "inverse_probability", server_update: str = "split"):
-        if isinstance(gamma, (list, tuple)):
-            self.gamma = [check_number("gamma", g, low=0.0, low_open=True) for g in gamma]
-        else:
-            self.gamma = check_number("gamma", gamma, low=0.0, low_open=True)
+        self.gamma = _check_gamma(gamma)
         self.dual_stepsize = _check_stepsize("dual_stepsize", dual_stepsize)
         self.aggregation_stepsize = _check_stepsize("aggregation_stepsize", aggregation_stepsize)
-        self.server_update = check_choice("server_update", server_update, ("split", "direct"))
+        self.server_update_rule = check_choice("server_update", server_update, ("split", "direct"))
 
-    def init(self, task, x0):
-        self._gamma = _penalties(self.gamma, task, x0.dtype)
-        self._beta = 1.0 / float(task.weights.to(x0.dtype) @ self._gamma)
-        zeros = torch.zeros(task.num_clients, len(x0), dtype=x0.dtype)
-        return PrimalDualState(x0.clone(), torch.zeros_like(x0), zeros)
+    def hyperparameters(self) -> dict:
+        return {"gamma": self.gamma, "dual_stepsize": self.dual_stepsize,
+                "aggregation_stepsize": self.aggregation_stepsize, "server_update": self.server_update_rule}
 
-    def local_objective(self, state, info):
-        c = info.clients
-        x = state.x.expand(len(c), -1)
-        lr = torch.full((len(c),), info.lr, dtype=x.dtype)
-        return LocalObjective(x, x, self._gamma[c], -state.lam_clients[c], torch.ones_like(lr), info.steps, lr)
+    def init_server(self, task, x0):
+        gamma = penalties(self.gamma, task.num_clients, x0.dtype).to(x0.device)
+        beta = 1.0 / float(task.weights.to(x0) @ gamma)
+        copies = per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))
+        return FedVRAServer(x0.clone(), torch.zeros_like(x0), gamma, beta,
+                            copies if self.server_update_rule == "direct" else None)
 
-    def aggregate(self, state, info, x_local, probe=None):
-        c, dtype = info.clients, x_local.dtype
-        a = _stepsize("dual_stepsize", self.dual_stepsize, info, dtype)
-        d = _stepsize("aggregation_stepsize", self.aggregation_stepsize, info, dtype)
-        w, gamma = info.active_weights.to(dtype), self._gamma[c]
-        delta = x_local - state.x
-        state.lam_clients[c] -= (a * gamma)[:, None] * delta  # (9), on the clients
-        if self.server_update == "split":
-            state.lam = state.lam - (w * a * gamma) @ delta  # Step 19: from the uploaded a_i
-        else:
-            state.lam = info.weights.to(dtype) @ state.lam_clients  # eq. (10) needs every lambda_i
-        state.x = state.x + self._beta * ((w * d * gamma) @ delta) - self._beta * state.lam
-        return state
+    def init_clients(self, task, x0):
+        gamma = penalties(self.gamma, task.num_clients, x0.dtype).to(x0.device)
+        zeros = torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device)
+        return {"lam": per_client(zeros), "gamma": per_client(gamma)}
+
+    def local_objective(self, task, received, clients, info):
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=clients["gamma"], linear=-clients["lam"])
+
+    def client_update(self, task, received, clients, info, result):
+        d_i = delta(received, result)
+        a = _stepsize("dual_stepsize", self.dual_stepsize, info, d_i.dtype)
+        lam = clients["lam"] - (a * clients["gamma"])[:, None] * d_i  # (9): lambda_i + a gamma (x_0 - x_i)
+        uploads = {"delta": d_i, "a": a} if self.server_update_rule == "split" else {"delta": d_i, "lam": lam}
+        return {"lam": lam}, uploads
+
+    def server_update(self, server, info, uploads):
+        d_i = uploads["delta"]
+        w, gamma = info.active_weights.to(d_i.dtype), server.gamma[info.clients]
+        d = _stepsize("aggregation_stepsize", self.aggregation_stepsize, info, d_i.dtype)
+        copies = server.lam_copies
+        if self.server_update_rule == "split":
+            lam = server.lam - (w * uploads["a"] * gamma) @ d_i  # Step 19, from the uploaded a_i
+        else:  # eq. (10) needs every lambda_i: the server keeps a copy of each
+            entries = list(copies)
+            for k, i in enumerate(info.clients.tolist()):
+                entries[i] = uploads["lam"][k]
+            copies = tuple(entries)
+            lam = info.weights.to(d_i.dtype) @ torch.stack(copies)
+        x = server.x + server.beta * ((w * d * gamma) @ d_i) - server.beta * lam  # Step 20
+        return dataclasses.replace(server, x=x, lam=lam, lam_copies=copies)
+
+
+@dataclass(frozen=True)
+class FedADMMServer(ServerState):
+    """x_0 and the server's copies of every client's lambda_i."""
+
+    lam_copies: tuple
 
 
 @register
 class FedADMM(Algorithm):
     """Federated ADMM (the FedVRA paper's Algorithm 2), as classical consensus ADMM.
 
-    The server keeps a copy of every lambda_i (clients upload x_i and lambda_i: two vectors)."""
+    Clients upload x_i and lambda_i (two vectors); the server keeps a copy of every lambda_i and sets
+    x_0 = argmin_{x_0} sum_i w_i [<lambda_i, x_0 - x_i> + gamma/2 ||x_i - x_0||^2] over all clients, with
+    x_i = x_0^r for the inactive ones."""
 
     name = "fedadmm"
-    upload_vectors = 2
 
     def __init__(self, gamma: float = 0.1):
         self.gamma = check_number("gamma", gamma, low=0.0, low_open=True)
 
-    def init(self, task, x0):
-        zeros = torch.zeros(task.num_clients, len(x0), dtype=x0.dtype)
-        return PrimalDualState(x0.clone(), torch.zeros_like(x0), zeros)
+    def init_server(self, task, x0):
+        zeros = torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device)
+        return FedADMMServer(x0.clone(), per_client(zeros))
 
-    def local_objective(self, state, info):
-        return LocalObjective.sgd(state.x, info.steps, info.lr, prox=self.gamma,
-                                  linear=-state.lam_clients[info.clients])
+    def init_clients(self, task, x0):
+        return {"lam": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
 
-    def aggregate(self, state, info, x_local, probe=None):
-        w = info.weights.to(x_local.dtype)
-        x_all = state.x.expand(len(w), -1).clone()  # inactive clients: x_i^{r+1} = x_0^r
-        x_all[info.clients] = x_local
-        state.lam_clients[info.clients] += self.gamma * (state.x - x_local)
-        # argmin_{x0} sum_i w_i [<lambda_i, x0 - x_i> + gamma/2 ||x_i - x0||^2]
-        state.lam = w @ state.lam_clients
-        state.x = (self.gamma * (w @ x_all) - state.lam) / (self.gamma * w.sum())
-        return state
+    def local_objective(self, task, received, clients, info):
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.gamma, linear=-clients["lam"])
+
+    def client_update(self, task, received, clients, info, result):
+        lam = clients["lam"] + self.gamma * (received["x"] - result.x)
+        return {"lam": lam}, {"x": result.x, "lam": lam}
+
+    def server_update(self, server, info, uploads):
+        w = info.weights.to(server.x.dtype)
+        entries = list(server.lam_copies)
+        for k, i in enumerate(info.clients.tolist()):
+            entries[i] = uploads["lam"][k]
+        lam = w @ torch.stack(entries)
+        # sum_i w_i x_i with x_i = x_0 for the inactive clients
+        model_sum = w.sum() * server.x + info.active_weights.to(w.dtype) @ (uploads["x"] - server.x)
+        x = (self.gamma * model_sum - lam) / (self.gamma * w.sum())
+        return FedADMMServer(x, tuple(entries))
 
 
-@dataclass
-class FedDynState(ServerState):
+@dataclass(frozen=True)
+class FedDynServer(ServerState):
     h: torch.Tensor
-    grad_clients: torch.Tensor
+    num_clients: int
 
 
 @register
 class FedDyn(Algorithm):
-    """FedDyn (Acar et al., 2021) with its unweighted averages; ``alpha`` > 0."""
+    """FedDyn (Acar et al., 2021) with its unweighted averages; ``alpha`` > 0. Client state: nabla_i."""
 
     name = "feddyn"
 
     def __init__(self, alpha: float = 0.1):
         self.alpha = check_number("alpha", alpha, low=0.0, low_open=True)
 
-    def init(self, task, x0):
-        self._n = task.num_clients
-        return FedDynState(x0.clone(), torch.zeros_like(x0), torch.zeros(self._n, len(x0), dtype=x0.dtype))
+    def init_server(self, task, x0):
+        return FedDynServer(x0.clone(), torch.zeros_like(x0), task.num_clients)
 
-    def local_objective(self, state, info):
-        return LocalObjective.sgd(state.x, info.steps, info.lr, prox=self.alpha,
-                                  linear=-state.grad_clients[info.clients])
+    def init_clients(self, task, x0):
+        return {"grad": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
 
-    def aggregate(self, state, info, x_local, probe=None):
+    def local_objective(self, task, received, clients, info):
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.alpha, linear=-clients["grad"])
+
+    def client_update(self, task, received, clients, info, result):
+        return {"grad": clients["grad"] - self.alpha * delta(received, result)}, {"x": result.x}
+
+    def server_update(self, server, info, uploads):
         if len(info.clients) == 0:
-            return state
-        delta = x_local - state.x
-        state.grad_clients[info.clients] -= self.alpha * delta
-        state.h = state.h - self.alpha * delta.sum(0) / self._n
-        state.x = x_local.mean(0) - state.h / self.alpha
-        return state
+            return server
+        x_local = uploads["x"]
+        h = server.h - self.alpha * (x_local - server.x).sum(0) / server.num_clients
+        return dataclasses.replace(server, x=x_local.mean(0) - h / self.alpha, h=h)

@@ -19,26 +19,27 @@ Each active client uploads two vectors (:math:`\Delta y_i, \Delta c_i`) and down
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
-from ..engine.local import LocalObjective
+from ..protocol import LocalObjective, per_client
 from ..validation import check_choice, check_number
-from .base import Algorithm, ServerState, register
+from .base import Algorithm, ServerState, delta, register
 
 
-@dataclass
-class ScaffoldState(ServerState):
+@dataclass(frozen=True)
+class ScaffoldServer(ServerState):
     c: torch.Tensor
-    c_clients: torch.Tensor
+    num_clients: int
 
 
 @register
 class Scaffold(Algorithm):
+    """SCAFFOLD. Hyperparameters: ``server_lr`` eta_g > 0, ``option`` ``'I'`` or ``'II'``. Client state: c_i."""
+
     name = "scaffold"
-    upload_vectors = 2
-    download_vectors = 2
 
     def __init__(self, server_lr: float = 1.0, option: str = "II"):
         self.server_lr = check_number("server_lr", server_lr, low=0.0, low_open=True)
@@ -48,25 +49,30 @@ class Scaffold(Algorithm):
     def needs_probe(self) -> bool:
         return self.option == "I"
 
-    def init(self, task, x0):
-        self._n = task.num_clients
-        zeros = torch.zeros(self._n, len(x0), dtype=x0.dtype)
-        return ScaffoldState(x0.clone(), torch.zeros_like(x0), zeros)
+    def init_server(self, task, x0):
+        return ScaffoldServer(x0.clone(), torch.zeros_like(x0), task.num_clients)
 
-    def local_objective(self, state, info):
-        return LocalObjective.sgd(state.x, info.steps, info.lr,
-                                  linear=state.c - state.c_clients[info.clients])
+    def init_clients(self, task, x0):
+        return {"c": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
 
-    def aggregate(self, state, info, x_local, probe=None):
-        s = info.clients
-        if len(s) == 0:
-            return state
+    def broadcast(self, state):
+        return {"x": state.server.x, "c": state.server.c}
+
+    def local_objective(self, task, received, clients, info):
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, linear=received["c"] - clients["c"])
+
+    def client_update(self, task, received, clients, info, result):
         if self.option == "I":
-            c_new = probe[1]
+            c_new = result.probe[1]
         else:
-            scale = (info.steps.to(x_local.dtype) * info.lr)[:, None]
-            c_new = state.c_clients[s] - state.c + (state.x - x_local) / scale
-        state.c = state.c + (c_new - state.c_clients[s]).sum(0) / self._n
-        state.c_clients[s] = c_new
-        state.x = state.x + self.server_lr * (x_local - state.x).mean(0)
-        return state
+            scale = (info.steps.to(result.x.dtype) * info.lr)[:, None]
+            c_new = clients["c"] - received["c"] - delta(received, result) / scale
+        return {"c": c_new}, {"delta_y": delta(received, result), "delta_c": c_new - clients["c"]}
+
+    def server_update(self, server, info, uploads):
+        if len(info.clients) == 0:
+            return server
+        return dataclasses.replace(
+            server, x=server.x + self.server_lr * uploads["delta_y"].mean(0),
+            c=server.c + uploads["delta_c"].sum(0) / server.num_clients,
+        )  # fmt: skip

@@ -18,13 +18,15 @@ is solved by a Euclidean projection, :math:`z_j = \Pi_{\Delta}(-d_j/\tau)` (a "s
 negative distances; :math:`\tau \to 0` gives hard k-means). Then it runs the shared-block
 algorithm unchanged on :math:`f_i(\cdot, Z_i)`: FedVRA (local SGD on the augmented Lagrangian, dual
 step, server Steps 19-20) or, as the baseline, FedAvg. :class:`TwoBlock` wraps any registered
-algorithm this way; the assignments are stored as the client's targets (``task.y_all``), so the
-engines train on them like labels.
+algorithm this way. The assignments are the client's own state (``state.clients['assignments']``, never
+uploaded) and reach the engines as the local objective's targets, so the engines train on them like labels;
+the task is never changed.
 """
 from __future__ import annotations
 
 import torch
 
+from ..protocol import State
 from ..validation import ConfigError, check_number
 from .base import Algorithm, make, register
 
@@ -34,7 +36,7 @@ def project_rows_to_simplex(v: torch.Tensor) -> torch.Tensor:
     Held et al. 1974 / Duchi et al. 2008): z = max(v - theta, 0) with theta chosen so that sum z = 1."""
     u, _ = torch.sort(v, dim=-1, descending=True)
     css = u.cumsum(-1) - 1
-    k = torch.arange(1, v.shape[-1] + 1, dtype=v.dtype)
+    k = torch.arange(1, v.shape[-1] + 1, dtype=v.dtype, device=v.device)
     support = (u - css / k) > 0
     rho = support.to(v.dtype).cumsum(-1).argmax(-1, keepdim=True)  # last index where the condition holds
     theta = css.gather(-1, rho) / (rho + 1).to(v.dtype)
@@ -51,42 +53,47 @@ class TwoBlock(Algorithm):
     """Exact private-block (assignment) step, then ``inner`` on the shared block.
 
     Hyperparameters: ``tau`` (the assignment regulariser, > 0), ``inner`` (a registered algorithm
-    name, e.g. ``'fedvra'`` or ``'fedavg'``) and ``inner_hyperparameters``."""
+    name, e.g. ``'fedvra'`` or ``'fedavg'``) and ``inner_hyperparameters``. Client state: the inner
+    algorithm's, plus each client's assignments [n_i, C]. Communication is the inner algorithm's."""
 
     name = "two_block"
 
     def __init__(self, tau: float = 1.0, inner: str = "fedvra", inner_hyperparameters: dict | None = None):
         self.tau = check_number("tau", tau, low=0.0, low_open=True)
+        if inner == self.name:
+            raise ConfigError("two_block's inner algorithm cannot be two_block")
         self.inner = inner
         self.inner_hyperparameters = dict(inner_hyperparameters or {})
-        self._inner = make(inner, **self.inner_hyperparameters)
-        self._task = None
+        self._inner = make(inner, **self.inner_hyperparameters)  # a hyperparameter object, never run state
+        if not isinstance(self._inner, Algorithm):
+            raise ConfigError(f"two_block's inner algorithm must run on the SGD engine, got {inner!r}")
 
-    # communication is the inner algorithm's: the assignments never leave the client
-    upload_vectors = property(lambda self: self._inner.upload_vectors)
-    upload_scalars = property(lambda self: self._inner.upload_scalars)
-    download_vectors = property(lambda self: self._inner.download_vectors)
-    needs_probe = property(lambda self: self._inner.needs_probe)
+    @property
+    def needs_probe(self) -> bool:
+        return self._inner.needs_probe
 
     def init(self, task, x0):
-        if task.loss != "cluster":
-            raise ConfigError(f"two_block needs a clustering task (loss 'cluster'), got {task.loss!r}")
-        self._task = task
-        return self._inner.init(task, x0)
+        if task.loss.name != "cluster":
+            raise ConfigError(f"two_block needs a clustering task (loss 'cluster'), got {task.loss.name!r}")
+        inner = self._inner.init(task, x0)
+        zeros = tuple(torch.zeros_like(task.client_data(i)[1]) for i in range(task.num_clients))
+        return State(inner.server, {**inner.clients, "assignments": zeros})
 
-    def local_objective(self, state, info):
-        task = self._task
-        with torch.no_grad():
-            for i in info.clients.tolist():  # private block: exact minimisation at the broadcast model
-                lo, hi = int(task.offsets[i]), int(task.offsets[i + 1])
-                task.y_all[lo:hi] = assignments(task.forward(state.x, task.x_all[lo:hi]), self.tau)
-        return self._inner.local_objective(state, info)
+    def broadcast(self, state):
+        return self._inner.broadcast(state)
 
-    def aggregate(self, state, info, x_local, probe=None):
-        return self._inner.aggregate(state, info, x_local, probe)
+    def local_objective(self, task, received, clients, info):
+        with torch.no_grad():  # private block: exact minimisation at the broadcast model
+            z = tuple(assignments(task.forward(received["x"], task.client_data(i)[0]), self.tau)
+                      for i in info.clients.tolist())
+        return self._inner.local_objective(task, received, clients, info).replace(targets=z)
 
-    def hyperparameters(self) -> dict:
-        return {"tau": self.tau, "inner": self.inner, "inner_hyperparameters": self.inner_hyperparameters}
+    def client_update(self, task, received, clients, info, result):
+        new, uploads = self._inner.client_update(task, received, clients, info, result)
+        return {**new, "assignments": result.objective.targets}, uploads
+
+    def server_update(self, server, info, uploads):
+        return self._inner.server_update(server, info, uploads)
 
 
 def clustering_objective(task, x: torch.Tensor, tau: float) -> float:
@@ -95,4 +102,4 @@ def clustering_objective(task, x: torch.Tensor, tau: float) -> float:
         d = task.forward(x, task.x_all)
         z = assignments(d, tau)
         per = (z * d).sum(1) + 0.5 * tau * (z * z).sum(1)
-        return float(task.weights.to(per.dtype) @ task.client_means(per))
+        return float(task.weights.to(per) @ task.client_means(per))

@@ -83,7 +83,7 @@ def quantity_skew_partition(
     return [np.sort(p).astype(np.int64) for p in np.split(rng.permutation(num_samples), cuts)]
 
 
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
+PARTITIONS = {"iid": (), "dirichlet": ("alpha",), "shards": ("shards_per_client",), "quantity": ("beta",)}
 
 
 def partition(
@@ -91,6 +91,10 @@ def partition(
 ) -> list[np.ndarray]:
     """Dispatch by name: ``iid``, ``dirichlet`` (alpha), ``shards`` (shards_per_client), ``quantity`` (beta)."""
     check_choice("partition", scheme, PARTITIONS)
+    unknown = sorted(set(kwargs) - set(PARTITIONS[scheme]))
+    if unknown:
+        raise ConfigError(f"the {scheme!r} partition has no parameter {unknown}; "
+                          f"its parameters are {list(PARTITIONS[scheme])}")
     n = len(labels)
     if scheme == "iid":
         return iid_partition(n, num_clients, rng)

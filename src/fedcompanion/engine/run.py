@@ -4,51 +4,79 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..metrics import fairness
+from ..protocol import DIVERGENCE_FACTOR, GLOBAL, LocalResult, RoundInfo, RunResult, State, floats, has_diverged
 from ..validation import ConfigError, check_choice, check_number
-from .local import RoundInfo, probe_loop, train_loop
+from .batched import probe_batched, train_batched
+from .loop import probe_loop, train_loop
 from .sampling import make_sampler
 from .schedule import LocalWork
 
-GLOBAL = -1  # the ``client`` value of rows that describe the global model, not one client
-
-ENGINES = {"loop": (train_loop, probe_loop)}
+ENGINES = {"batched": (train_batched, probe_batched), "loop": (train_loop, probe_loop)}
+DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
 
 
 def register_engine(name: str, train, probe) -> None:
-    """Add an engine: ``train(task, objective, clients, seed=, round=, batch_size=)`` and ``probe``."""
+    """Add an engine: ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)``
+    and ``probe(task, x0, clients) -> (losses [K], grads [K, P])``."""
     ENGINES[name] = (train, probe)
 
 
-@dataclass
-class RunResult:
-    """What a run produced.
+def _check_run_arguments(task, algorithm, local, init, extra_metrics):
+    from ..algorithms.base import is_engine_algorithm
+    from ..tasks import Task
 
-    Attributes:
-        history: tidy frame with columns ``round, client, metric, value`` (client = -1: global).
-        params: the final global model x_0, flat [P].
-        status: ``"ok"`` or ``"diverged"``.
-        diverged_round: the first round whose model or loss was NaN/inf (else ``None``).
-        wall_time: seconds, evaluation included.
+    if not isinstance(task, Task):
+        raise ConfigError(f"task must be a fedcompanion Task (see fc.tasks), got {type(task).__name__}")
+    if isinstance(algorithm, str):
+        raise ConfigError(f"algorithm must be an algorithm object, e.g. fc.make({algorithm!r}), not a str")
+    if not is_engine_algorithm(algorithm):
+        name = getattr(algorithm, "name", type(algorithm).__name__)
+        if hasattr(algorithm, "solve"):
+            raise ConfigError(f"{name} runs full-batch with its own solver: use "
+                              f"fc.make({name!r}, ...).solve(task, iterations) instead of fc.run")
+        raise ConfigError(f"algorithm must be made by fc.make(...), got {type(algorithm).__name__}")
+    if local is not None and not isinstance(local, LocalWork):
+        raise ConfigError(f"local must be a fc.LocalWork(...), got {type(local).__name__}")
+    if init is not None:
+        if not isinstance(init, torch.Tensor):
+            raise ConfigError(f"init must be a torch tensor of shape ({task.num_params},), got {type(init).__name__}")
+        if init.shape != (task.num_params,):
+            raise ConfigError(f"init must have shape ({task.num_params},) (the model's parameter count), "
+                              f"got {tuple(init.shape)}")
+        if not init.is_floating_point() or not torch.isfinite(init).all():
+            raise ConfigError("init must hold finite floating-point values")
+    if extra_metrics is not None:
+        if not isinstance(extra_metrics, dict) or not all(callable(f) for f in extra_metrics.values()):
+            raise ConfigError("extra_metrics must be a dict of name -> function of the global model")
+
+
+def play_round(task, algorithm, state: State, info: RoundInfo, *, engine: str = DEFAULT_ENGINE, seed: int = 0,
+               local: LocalWork | None = None, momentum_buffers: list | None = None):
+    """One round: broadcast, local objective, probe (if asked for), local work, client and server updates.
+
+    Returns ``(new state, what was broadcast, what was uploaded, the local result)``; ``momentum_buffers``
+    are the active clients' carried local-optimiser buffers (``None``: start from zero).
     """
-
-    history: pd.DataFrame
-    params: torch.Tensor
-    status: str
-    diverged_round: int | None
-    wall_time: float
-
-    def metric(self, name: str, client: int = GLOBAL) -> pd.Series:
-        """One metric against the round, e.g. ``result.metric('test_accuracy')``."""
-        h = self.history
-        rows = h[(h.metric == name) & (h.client == client)]
-        return rows.set_index("round")["value"]
+    train, probe = ENGINES[engine]
+    local = local or LocalWork(epochs=1.0)
+    received = algorithm.broadcast(state)
+    own = state.active(info.clients)
+    objective = algorithm.local_objective(task, received, own, info).replace(
+        momentum=local.momentum, weight_decay=local.weight_decay,
+        momentum_buffer=torch.stack(momentum_buffers) if momentum_buffers else None)
+    probed = probe(task, received["x"], info.clients) if algorithm.needs_probe else None
+    x_local, buffers = train(task, objective, info.clients, seed=seed, round=info.round, batch_size=local.batch_size)
+    result = LocalResult(x_local, objective, probed, buffers)
+    new_clients, uploads = algorithm.client_update(task, received, own, info, result)
+    return state.updated(algorithm.server_update(state.server, info, uploads), info.clients, new_clients), \
+        received, uploads, result
 
 
 def run(
@@ -57,7 +85,7 @@ def run(
     rounds: int,
     clients_per_round: int | None = None,
     seed: int = 0,
-    engine: str = "loop",
+    engine: str = DEFAULT_ENGINE,
     *,
     lr: float = 0.05,
     local: LocalWork | None = None,
@@ -66,6 +94,8 @@ def run(
     per_client_metrics: bool = True,
     extra_metrics: dict[str, Callable[[torch.Tensor], float]] | None = None,
     init: torch.Tensor | None = None,
+    divergence_factor: float | None = DIVERGENCE_FACTOR,
+    device: str | torch.device | None = None,
     progress: bool = False,
 ) -> RunResult:
     """Train ``algorithm`` on ``task`` for ``rounds`` communication rounds.
@@ -74,56 +104,77 @@ def run(
         clients_per_round: m; ``None`` means full participation.
         seed: fixes the initial model, the sampled clients, the local step counts and every
             mini-batch. Two runs with the same arguments give identical numbers.
-        engine: ``"loop"`` (the readable reference) or ``"batched"`` (all clients at once, same numbers);
-            more can be added with ``register_engine``.
+        engine: ``"batched"`` (all active clients at once; the default) or ``"loop"`` (the readable reference,
+            one client and one step at a time; the same numbers up to rounding); more with ``register_engine``.
         lr: the client step size eta (> 0).
-        local: the local work per round (default: one epoch of mini-batches of 32).
+        local: the local work per round (default: one epoch of mini-batches of 32, plain SGD).
         sampling: ``"uniform"``, ``"weighted"``, ``"full"``, or a callable ``r -> p^r`` [N].
         eval_every: evaluate every ``eval_every`` rounds (and at round 0, before training, and after the last).
+        per_client_metrics: also record each client's loss and accuracy (on its held-out split if the task has
+            one) at every evaluation.
         extra_metrics: name -> function of the global model, recorded at each evaluation.
-        init: initial global model (default: the model's initialisation under ``seed``).
+        init: initial global model (default: the task's initialisation under ``seed``).
+        divergence_factor: stop and report ``diverged`` once the training loss exceeds this multiple of its
+            initial value (``None``: only on NaN/inf).
+        device: run on this device (``"cpu"``, ``"cuda"``); default: where the task is.
+        progress: show a progress bar.
+
+    The history records, at each evaluation, ``train_loss`` and ``train_accuracy`` (size-weighted over the
+    clients' training data), ``test_loss``/``test_accuracy`` (the task's test set), the fairness metrics of
+    :mod:`fedcompanion.metrics`, ``uploaded_floats``/``downloaded_floats`` (counted from the messages) and
+    the extra metrics. Seconds of computation are in ``result.timing``.
     """
-    if not hasattr(algorithm, "local_objective"):
-        raise ConfigError(
-            f"{algorithm.name} runs full-batch with its own solver: use "
-            f"fc.make({algorithm.name!r}, ...).solve(task, iterations) instead of fc.run"
-        )
+    _check_run_arguments(task, algorithm, local, init, extra_metrics)
     check_number("rounds", rounds, low=1, integer=True)
     check_number("lr", lr, low=0.0, low_open=True)
+    if not math.isfinite(lr):
+        raise ConfigError(f"lr must be finite, got {lr}")
     check_number("seed", seed, low=0, integer=True)
     check_number("eval_every", eval_every, low=1, integer=True)
+    if divergence_factor is not None:
+        check_number("divergence_factor", divergence_factor, low=1.0)
     check_choice("engine", engine, ENGINES)
-    train, probe = ENGINES[engine]
+    task = task if device is None else task.to(device)
     local = local or LocalWork(epochs=1.0)
     n = task.num_clients
     sampler = make_sampler(sampling, n, clients_per_round, task.weights.numpy())
     sample_rng = np.random.default_rng([seed, 1])
     steps_rng = np.random.default_rng([seed, 2])
     sizes = task.client_sizes.numpy()
-    x0 = task.init_params(seed) if init is None else init.to(task.dtype).clone()
+    x0 = task.init_params(seed) if init is None else init.to(task.device, task.dtype).clone()
     state = algorithm.init(task, x0)
-    p = task.num_params
+    momentum_buffers = None  # the local optimiser's buffers, kept on each client across rounds
+    if local.momentum and not local.momentum_reset:
+        momentum_buffers = tuple(torch.zeros(n, len(x0), dtype=x0.dtype, device=x0.device).unbind(0))
     rows: list[tuple] = []
+    timing: list[tuple[int, float]] = []
     comm = {"uploaded_floats": 0, "downloaded_floats": 0}
-    status, diverged_round, compute_time = "ok", None, 0.0
+    status, diverged_round, compute_time, initial_loss = "ok", None, 0.0, None
+    split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
     start = time.perf_counter()
 
-    def evaluate(r: int) -> bool:
+    def evaluate(r: int) -> float:
         losses, accs = task.per_client(state.x)
-        w = task.weights.to(losses.dtype)
-        values = {"train_loss": float(w @ losses), "train_accuracy": float(w @ accs)}
+        w = task.weights.to(losses.dtype).to(losses.device)
+        values = {"train_loss": float(w @ losses)}
+        if task.loss.labelled:
+            values["train_accuracy"] = float(w @ accs)
         values.update(task.test_metrics(state.x))
+        if task.client_test is not None:
+            losses, accs = task.per_client(state.x, split=task.client_test)
+        values.update(fairness(losses, accs, split_sizes))
         for name, fn in (extra_metrics or {}).items():
             values[name] = float(fn(state.x))
-        values.update(comm, compute_time=compute_time)
+        values.update(comm)
         rows.extend((r, GLOBAL, k, v) for k, v in values.items())
         if per_client_metrics:
-            for i in range(n):
-                rows.append((r, i, "client_loss", float(losses[i])))
-                rows.append((r, i, "client_accuracy", float(accs[i])))
-        return math.isfinite(values["train_loss"])
+            rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
+            if task.loss.labelled:
+                rows.extend((r, i, "client_accuracy", v) for i, v in enumerate(accs.tolist()))
+        timing.append((r, compute_time))
+        return values["train_loss"]
 
-    evaluate(0)
+    initial_loss = evaluate(0)
     bar = tqdm(range(rounds), desc=algorithm.name, disable=not progress, leave=False)
     for r in bar:
         tic = time.perf_counter()
@@ -132,19 +183,24 @@ def run(
         clients = torch.as_tensor(active, dtype=torch.long)
         info = RoundInfo(r, clients, torch.as_tensor(probs, dtype=task.dtype),
                          torch.as_tensor(steps[active]), lr, task.weights.to(task.dtype))
-        objective = algorithm.local_objective(state, info)
-        probed = probe(task, state.x, clients) if algorithm.needs_probe else None
-        x_local = train(task, objective, clients, seed=seed, round=r, batch_size=local.batch_size)
-        state = algorithm.aggregate(state, info, x_local, probed)
-        k = len(active)
-        comm["uploaded_floats"] += k * (algorithm.upload_vectors * p + algorithm.upload_scalars)
-        comm["downloaded_floats"] += k * algorithm.download_vectors * p
+        buffers = None if momentum_buffers is None else [momentum_buffers[i] for i in active]
+        state, received, uploads, result = play_round(task, algorithm, state, info, engine=engine, seed=seed,
+                                                      local=local, momentum_buffers=buffers)
+        if momentum_buffers is not None and len(active):
+            entries = list(momentum_buffers)
+            for k, i in enumerate(active.tolist()):
+                entries[i] = result.momentum_buffer[k]
+            momentum_buffers = tuple(entries)
+        comm["uploaded_floats"] += floats(uploads)
+        comm["downloaded_floats"] += len(active) * floats(received)
         compute_time += time.perf_counter() - tic
-        finite = bool(torch.isfinite(state.x).all())
-        if finite and ((r + 1) % eval_every == 0 or r + 1 == rounds):
-            finite = evaluate(r + 1)
-        if not finite:
+        loss = 0.0 if bool(torch.isfinite(state.x).all()) else math.nan
+        if not math.isnan(loss) and ((r + 1) % eval_every == 0 or r + 1 == rounds):
+            loss = evaluate(r + 1)
+            bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+        if has_diverged(loss, initial_loss, divergence_factor):
             status, diverged_round = "diverged", r + 1
             break
     history = pd.DataFrame(rows, columns=["round", "client", "metric", "value"])
-    return RunResult(history, state.x, status, diverged_round, time.perf_counter() - start)
+    timing_frame = pd.DataFrame(timing, columns=["round", "compute_time"])
+    return RunResult(history, state.x, status, diverged_round, time.perf_counter() - start, timing_frame)

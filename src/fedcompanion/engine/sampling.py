@@ -57,7 +57,7 @@ class PoissonSampler(Sampler):
 
     def sample(self, r, rng):
         p = np.asarray(self.probabilities(r), dtype=float)
-        if p.shape != (self.num_clients,) or (p < 0).any() or (p > 1).any():
+        if p.shape != (self.num_clients,) or not np.isfinite(p).all() or (p < 0).any() or (p > 1).any():
             raise ConfigError(
                 f"sampling probabilities for round {r} must be {self.num_clients} values in [0, 1]"
             )

@@ -27,12 +27,19 @@ class LocalWork:
         epochs: Q_i^r = ceil(epochs * n_i / batch_size).
         steps_range: (low, high): Q_i^r ~ U{low..high}, drawn independently per client and round.
         batch_size: mini-batch size S; ``None`` means full-batch gradients.
+        momentum: heavy-ball momentum mu of the local SGD (torch.optim.SGD's form), in [0, 1).
+        weight_decay: weight decay omega >= 0 of the local SGD (added to the gradient, as torch.optim.SGD).
+        momentum_reset: start each round's local work with a zero momentum buffer (``False``: each client
+            carries its buffer across rounds, as the AdaFedAdam authors' code does).
     """
 
     steps: int | None = None
     epochs: float | None = None
     steps_range: tuple[int, int] | None = None
     batch_size: int | None = 32
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    momentum_reset: bool = True
 
     def __post_init__(self):
         given = [k for k in ("steps", "epochs", "steps_range") if getattr(self, k) is not None]
@@ -41,13 +48,19 @@ class LocalWork:
         if self.steps is not None:
             check_number("local steps", self.steps, low=1, integer=True)
         if self.epochs is not None:
-            check_number("local epochs", self.epochs, low=0, low_open=True)
+            check_number("local epochs", self.epochs, low=0, low_open=True, high=1e6)
         if self.steps_range is not None:
+            if not isinstance(self.steps_range, (tuple, list)) or len(self.steps_range) != 2:
+                raise ConfigError(f"steps_range must be a pair (low, high), got {self.steps_range!r}")
             lo, hi = self.steps_range
             check_number("steps_range low", lo, low=1, integer=True)
             check_number("steps_range high", hi, low=lo, integer=True)
         if self.batch_size is not None:
             check_number("batch_size", self.batch_size, low=1, integer=True)
+        check_number("momentum", self.momentum, low=0.0, high=0.999999)
+        check_number("weight_decay", self.weight_decay, low=0.0)
+        if not isinstance(self.momentum_reset, bool):
+            raise ConfigError(f"momentum_reset must be True or False, got {self.momentum_reset!r}")
 
     def steps_for(self, r: int, sizes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Q_i^r for all N clients (int64 [N]); ``rng`` is consumed once per round either way."""

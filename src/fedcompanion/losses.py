@@ -1,0 +1,155 @@
+r"""The per-sample losses of the three papers, in one place.
+
+A loss knows four things about a model output ``out`` and a target ``y``:
+
+* ``per_sample(out, y)``: the training loss :math:`\ell(out, y)` of each sample;
+* ``evaluate(out, y)``: the loss reported by evaluation (the training loss, except for clustering);
+* ``correct(out, y)``: 1 where the prediction is right (NaN where the task has no labels);
+* ``check_targets(y)``: raise, naming the problem, on targets the loss cannot use (fractional class
+  labels, logistic labels outside {0, 1}).
+
+Losses of a *linear* predictor :math:`z = a^\top x` (least squares and logistic regression, the convex
+tasks) also give the scalar function :math:`\phi(z, y)` with its first and second derivatives in z and a
+bound on the second (its curvature), which is all that the convex optimum, the ADMM client blocks and their
+Lipschitz constants need: :math:`\nabla_x \phi = \phi'(z)\,a`, :math:`\nabla_x^2\phi = \phi''(z)\,a a^\top
+\preceq \bar\phi''\, a a^\top`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .validation import ConfigError
+
+
+class Loss:
+    name = "loss"
+    labelled = False  # predicts labels, so accuracy means something
+    linear = False  # has phi, phi', phi'' of a linear predictor (see module docstring)
+    curvature_bound = float("nan")
+
+    def per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def evaluate(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.per_sample(out, y)
+
+    def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.full(out.shape[:1], float("nan"), dtype=out.dtype, device=out.device)
+
+    def check_targets(self, y: torch.Tensor, where: str) -> None:
+        if y.is_floating_point() and not torch.isfinite(y).all():
+            raise ConfigError(f"{where}: targets contain NaN or inf")
+
+    def target_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        return dtype
+
+    # ---- linear predictors only: phi(z, y), phi'(z, y), phi''(z, y) elementwise
+    def phi(self, z, y):
+        raise NotImplementedError(f"{self.name} is not a loss of a linear predictor")
+
+    def dphi(self, z, y):
+        raise NotImplementedError(f"{self.name} is not a loss of a linear predictor")
+
+    def d2phi(self, z, y):
+        raise NotImplementedError(f"{self.name} is not a loss of a linear predictor")
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class CrossEntropy(Loss):
+    """Softmax cross-entropy over C classes; integer labels in {0..C-1}."""
+
+    name = "cross_entropy"
+    labelled = True
+
+    def per_sample(self, out, y):
+        return F.cross_entropy(out, y, reduction="none")
+
+    def correct(self, out, y):
+        return (out.argmax(-1) == y).to(out.dtype)
+
+    def target_dtype(self, dtype):
+        return torch.long
+
+    def check_targets(self, y, where):
+        super().check_targets(y, where)
+        if y.is_floating_point() and not torch.equal(y, y.round()):
+            raise ConfigError(f"{where}: cross_entropy needs integer class labels, got fractional values "
+                              f"such as {float(y[y != y.round()][0])}")
+        if len(y) and int(y.min()) < 0:
+            raise ConfigError(f"{where}: class labels must be >= 0, got {int(y.min())}")
+
+
+class Logistic(Loss):
+    r"""Binary logistic loss :math:`\phi(z, y) = \log(1 + e^z) - y z`, y in {0, 1}; curvature <= 1/4."""
+
+    name = "logistic"
+    labelled = True
+    linear = True
+    curvature_bound = 0.25
+
+    def per_sample(self, out, y):
+        return F.binary_cross_entropy_with_logits(out.squeeze(-1), y, reduction="none")
+
+    def correct(self, out, y):
+        return ((out.squeeze(-1) > 0).to(out.dtype) == y).to(out.dtype)
+
+    def check_targets(self, y, where):
+        super().check_targets(y, where)
+        if not ((y == 0) | (y == 1)).all():
+            raise ConfigError(f"{where}: logistic labels must be 0 or 1")
+
+    def phi(self, z, y):
+        return F.softplus(z) - y * z
+
+    def dphi(self, z, y):
+        return torch.sigmoid(z) - y
+
+    def d2phi(self, z, y):
+        s = torch.sigmoid(z)
+        return s * (1 - s)
+
+
+class Squared(Loss):
+    r"""Least squares :math:`\phi(z, y) = \tfrac12 (z - y)^2`; curvature 1."""
+
+    name = "squared"
+    linear = True
+    curvature_bound = 1.0
+
+    def per_sample(self, out, y):
+        return 0.5 * (out.squeeze(-1) - y) ** 2
+
+    def phi(self, z, y):
+        return 0.5 * (z - y) ** 2
+
+    def dphi(self, z, y):
+        return z - y
+
+    def d2phi(self, z, y):
+        return torch.ones_like(z)
+
+
+class Cluster(Loss):
+    r"""Clustering with soft assignments: ``out`` are the squared distances :math:`d_{c}` to the centroids,
+    the target is an assignment row z on the simplex, :math:`\ell = \sum_c z_c d_c`. Evaluation reports the
+    hard k-means loss :math:`\min_c d_c` (the targets are the algorithm's private block, not data)."""
+
+    name = "cluster"
+
+    def per_sample(self, out, y):
+        return (y * out).sum(-1)
+
+    def evaluate(self, out, y):
+        return out.min(-1).values
+
+
+LOSSES: dict[str, Loss] = {loss.name: loss for loss in (CrossEntropy(), Logistic(), Squared(), Cluster())}
+
+
+def get_loss(name: str) -> Loss:
+    from .validation import check_choice
+
+    return LOSSES[check_choice("loss", name, LOSSES)]

@@ -1,0 +1,234 @@
+r"""The seam between algorithms and engines: what a round tells a client, what a client minimises, what
+the algorithm keeps. Algorithms and engines both import this module; neither imports the other.
+
+Every algorithm in the three papers asks each active client i to run :math:`Q_i` steps of
+
+.. math::  x^{t+1} = x^t - \eta_i \nabla h_i(x^t),\qquad
+           h_i(x) = s_i f_i(x) + \langle c_i, x\rangle + \tfrac{\rho_i}{2}\|x - z_i\|^2,
+
+from :math:`x^0` (usually the global model), with :math:`\nabla f_i` estimated on a mini-batch
+(:class:`LocalObjective`). FedAvg: c = 0, rho = 0. FedProx: rho = mu. SCAFFOLD: c = c - c_i.
+FedADMM/FedVRA/FedDyn: c = -lambda_i, rho = gamma_i, z = x_0.
+
+A round, for an algorithm ``alg`` with state ``state`` (:class:`State`)::
+
+    received  = alg.broadcast(state)                                  # what the server sends
+    objective = alg.local_objective(task, received, clients, info)    # h_i of the active clients
+    x_local   = engine(task, objective, ...)                          # Q_i steps on h_i
+    new_clients, uploads = alg.client_update(task, received, clients, info, result)
+    server    = alg.server_update(state.server, info, uploads)        # from what was uploaded only
+
+``clients`` (:class:`ActiveClients`) is the active clients' own part of the state. What crosses the network
+is exactly ``received`` and ``uploads``, so communication is counted from them
+(:func:`floats`), and a Flower client can keep its own part of ``state.clients`` and run the same functions.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What the server knows at the start of round r.
+
+    Attributes:
+        round: r (0-based).
+        clients: active client ids, int64 [K], sorted.
+        probs: inclusion probabilities p_i^r of all N clients, [N].
+        steps: local step counts Q_i^r of the active clients, int64 [K].
+        lr: the client step size eta.
+        weights: client weights w_i of all N clients, [N], summing to one.
+    """
+
+    round: int
+    clients: torch.Tensor
+    probs: torch.Tensor
+    steps: torch.Tensor
+    lr: float
+    weights: torch.Tensor
+
+    @property
+    def active_weights(self) -> torch.Tensor:
+        return self.weights[self.clients]
+
+    @property
+    def active_probs(self) -> torch.Tensor:
+        return self.probs[self.clients]
+
+
+@dataclass(frozen=True)
+class LocalObjective:
+    r"""h_i for the K active clients, in client order, and how to minimise it.
+
+    Attributes:
+        start: x^0, shape [K, P].
+        anchor: z_i, shape [K, P] (the proximal centre).
+        prox: rho_i >= 0, shape [K].
+        linear: c_i, shape [K, P], or ``None`` for zero.
+        scale: s_i, shape [K] (the weight of the data term).
+        steps: Q_i, int64 [K].
+        lr: eta_i, shape [K].
+        targets: per active client, targets replacing the client's stored ones (the two-block
+            extension's private assignments), or ``None``.
+        momentum, weight_decay: heavy-ball momentum mu and weight decay of the local SGD (torch.optim.SGD's
+            form: b <- mu b + (grad h + wd x), x <- x - eta b); set by the run from ``LocalWork``.
+        momentum_buffer: the buffers b at the start [K, P] (carried across rounds), or ``None`` for zero.
+    """
+
+    start: torch.Tensor
+    anchor: torch.Tensor
+    prox: torch.Tensor
+    linear: torch.Tensor | None
+    scale: torch.Tensor
+    steps: torch.Tensor
+    lr: torch.Tensor
+    targets: tuple[torch.Tensor, ...] | None = None
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    momentum_buffer: torch.Tensor | None = None
+
+    @classmethod
+    def sgd(cls, x0: torch.Tensor, steps: torch.Tensor, lr: float, *, prox: float | torch.Tensor = 0.0,
+            linear: torch.Tensor | None = None, **kwargs) -> LocalObjective:
+        """Start and anchor at the global model x0 (shared by all K clients), with one step size."""
+        k = len(steps)
+        x = x0.expand(k, -1)
+        prox = torch.as_tensor(prox, dtype=x0.dtype, device=x0.device).expand(k)
+        full = torch.full((k,), float(lr), dtype=x0.dtype, device=x0.device)
+        return cls(x, x, prox, linear, torch.ones_like(full), steps, full, **kwargs)
+
+    def replace(self, **changes) -> LocalObjective:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    """What local work returned for the K active clients: the final models x_i [K, P], the objective they
+    minimised, the probe (f_i(x_0) [K], grad f_i(x_0) [K, P]) where the algorithm asked for one, and the final
+    momentum buffers where the local optimiser has momentum."""
+
+    x: torch.Tensor
+    objective: LocalObjective
+    probe: tuple[torch.Tensor, torch.Tensor] | None = None
+    momentum_buffer: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything a run keeps between rounds.
+
+    Attributes:
+        server: what the server keeps (a frozen dataclass of the algorithm's; ``server.x`` is the global model).
+        clients: what each client keeps, name -> a tuple of N per-client tensors (client i's entry is
+            ``clients[name][i]``; entries are never changed in place, a new tuple replaces the old one).
+    """
+
+    server: object
+    clients: Mapping[str, tuple[torch.Tensor, ...]] = field(default_factory=dict)
+
+    @property
+    def x(self) -> torch.Tensor:
+        return self.server.x
+
+    def client(self, i: int) -> dict[str, torch.Tensor]:
+        """Client i's own part of the state (what a Flower client keeps)."""
+        return {name: values[i] for name, values in self.clients.items()}
+
+    def active(self, clients: torch.Tensor) -> ActiveClients:
+        return ActiveClients(self.clients, clients.tolist())
+
+    def updated(self, server, clients: torch.Tensor, new_values: Mapping[str, object]) -> State:
+        """A new state: ``server`` and, for each name in ``new_values``, the active clients' entries replaced."""
+        merged = dict(self.clients)
+        ids = clients.tolist()
+        for name, values in new_values.items():
+            entries = list(merged[name])
+            for k, i in enumerate(ids):
+                entries[i] = values[k]
+            merged[name] = tuple(entries)
+        return State(server, merged)
+
+
+class ActiveClients(Mapping):
+    """The active clients' part of the state: ``clients[name]`` stacks their entries into [K, ...]
+    (on first access), ``clients.entries(name)`` gives them as a list (for entries of unequal shapes)."""
+
+    def __init__(self, clients: Mapping[str, tuple[torch.Tensor, ...]], ids: list[int]):
+        self._clients, self._ids, self._stacked = clients, ids, {}
+
+    def entries(self, name: str) -> list[torch.Tensor]:
+        return [self._clients[name][i] for i in self._ids]
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._stacked:
+            self._stacked[name] = torch.stack(self.entries(name))
+        return self._stacked[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._clients)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+
+def per_client(values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """[N, ...] -> a tuple of N entries (views: safe, because entries are never changed in place)."""
+    return tuple(values.unbind(0))
+
+
+def floats(message: Mapping[str, torch.Tensor]) -> int:
+    """How many numbers a message holds (uploads: all K clients' together; a broadcast: one copy)."""
+    return sum(v.numel() for v in message.values())
+
+
+GLOBAL = -1  # the ``client`` value of history rows that describe the global model, not one client
+DIVERGENCE_FACTOR = 1e3  # a run whose loss exceeds this multiple of its initial loss is called diverged
+
+
+def has_diverged(loss: float, initial: float, factor: float | None = DIVERGENCE_FACTOR) -> bool:
+    """NaN/inf, or (``factor`` not None) a loss above ``factor`` times the initial one (or above ``factor`` if the
+    initial loss is 0)."""
+    if loss != loss or loss in (float("inf"), float("-inf")):
+        return True
+    return factor is not None and loss > factor * max(abs(initial), 1.0 if initial == 0 else abs(initial))
+
+
+@dataclass
+class RunResult:
+    """What a run (``fc.run`` or an ADMM-family ``solve``) produced.
+
+    Attributes:
+        history: tidy frame with columns ``round, client, metric, value`` (client = -1: global); the same
+            config and seed give an equal frame.
+        params: the final global model, flat [P].
+        status: ``"ok"``, ``"converged"`` (a stopping tolerance was met) or ``"diverged"``.
+        diverged_round: the first round whose model or loss was NaN/inf or beyond the divergence factor.
+        wall_time: seconds, evaluation included.
+        timing: ``round, compute_time`` (seconds of computation up to that round, evaluation excluded), kept
+            apart from ``history`` because it changes from run to run.
+    """
+
+    history: pd.DataFrame
+    params: torch.Tensor
+    status: str
+    diverged_round: int | None
+    wall_time: float
+    timing: pd.DataFrame | None = None
+
+    def metric(self, name: str, client: int = GLOBAL):
+        """One metric against the round, e.g. ``result.metric('test_accuracy')``."""
+        h = self.history
+        rows = h[(h.metric == name) & (h.client == client)]
+        return rows.set_index("round")["value"]
+
+    @property
+    def rounds_run(self) -> int:
+        return int(self.history["round"].max())

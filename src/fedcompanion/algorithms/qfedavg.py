@@ -1,0 +1,50 @@
+r"""q-FedAvg (Li, Sanjabi, Beirami & Smith, ICLR 2020, "Fair Resource Allocation in Federated Learning").
+
+It minimises :math:`\sum_k p_k F_k(x)^{q+1}/(q+1)`. Client k runs FedAvg's local SGD from :math:`x^t` to
+:math:`\bar x_k`, and with the Lipschitz estimate :math:`L = 1/\eta` (the local learning rate) uploads
+
+.. math::
+    \Delta_k = F_k(x^t)^q\, L\,(x^t - \bar x_k), \qquad
+    h_k = q\, F_k(x^t)^{q-1} L^2 \|x^t - \bar x_k\|^2 + L\, F_k(x^t)^q,
+
+(one vector, one scalar; :math:`F_k(x^t)` on the client's training data, the engine's probe), and the server
+takes :math:`x^{t+1} = x^t - \sum_k \Delta_k / \sum_k h_k`. With q = 0 this is the plain average of the
+participants' models. (The paper's clients are sampled with probability proportional to :math:`p_k` and
+averaged uniformly; use ``sampling='weighted'`` for that.)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..protocol import LocalObjective
+from ..validation import check_number
+from .base import Algorithm, register
+
+
+@register
+class QFedAvg(Algorithm):
+    """q-FedAvg. Hyperparameter: ``q`` >= 0 (q = 0: no fairness weighting)."""
+
+    name = "qfedavg"
+    needs_probe = True
+
+    def __init__(self, q: float = 1.0):
+        self.q = check_number("q", q, low=0.0)
+
+    def local_objective(self, task, received, clients, info):
+        return LocalObjective.sgd(received["x"], info.steps, info.lr)
+
+    def client_update(self, task, received, clients, info, result):
+        lipschitz = 1.0 / info.lr
+        losses = result.probe[0].clamp_min(0)
+        step = lipschitz * (received["x"] - result.x)  # Delta w_k = L (x^t - x_k)
+        f_q = losses**self.q
+        h = self.q * losses ** (self.q - 1) * (step * step).sum(1) if self.q else torch.zeros_like(losses)
+        return {}, {"delta": f_q[:, None] * step, "h": h + lipschitz * f_q}
+
+    def server_update(self, server, info, uploads):
+        if len(info.clients) == 0:
+            return server
+        return dataclasses.replace(server, x=server.x - uploads["delta"].sum(0) / uploads["h"].sum())

@@ -46,7 +46,7 @@ from .engine import LocalWork, run
 from .engine.run import ENGINES
 from .engine.sampling import SAMPLINGS
 from .protocol import DIVERGENCE_FACTOR, RunResult
-from .validation import ConfigError, check_choice, check_number
+from .validation import ConfigError, check_choice, check_device, check_number
 
 RUN_THREADS = 1  # torch threads per run in a sweep: fixed, so that float32 results never depend on ``jobs``
 
@@ -197,9 +197,14 @@ class ExperimentConfig:
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for metric in self.metrics:
             check_choice("metric", metric, METRICS)
-        check_choice("device", self.device.split(":")[0] if isinstance(self.device, str) else self.device,
-                     ("cpu", "cuda"))
+        if not isinstance(self.device, str):
+            raise ConfigError(f"device must be a str such as 'cpu' or 'cuda', got {self.device!r}")
+        check_device(self.device)
         if is_engine_algorithm(algorithm):
+            fields = [f.name for f in dataclasses.fields(LocalWork)]
+            unknown = sorted(set(self.local) - set(fields))
+            if unknown:
+                raise ConfigError(f"local has no field {unknown}; LocalWork's fields are {fields}")
             LocalWork(**self.local)
             check_number("lr", self.lr, low=0.0, low_open=True)
             check_choice("engine", self.engine, ENGINES)
@@ -385,7 +390,8 @@ def load_result(config: ExperimentConfig, results_dir: str | Path) -> tuple[pd.D
     try:
         return _load(config, Path(results_dir))
     except CacheMiss as miss:
-        raise ConfigError(f"no verified result for {config.label or config.hash()}: {miss or 'not run yet'}") from None
+        reason = str(miss) or "not run yet"
+        raise ConfigError(f"no verified result for {config.label or config.hash()}: {reason}") from None
 
 
 def load_params(config: ExperimentConfig, results_dir: str | Path) -> torch.Tensor:
@@ -393,7 +399,8 @@ def load_params(config: ExperimentConfig, results_dir: str | Path) -> torch.Tens
     try:
         return _load(config, Path(results_dir), with_params=True)[2]
     except CacheMiss as miss:
-        raise ConfigError(f"no verified model for {config.label or config.hash()}: {miss or 'not run yet'}") from None
+        reason = str(miss) or "not run yet"
+        raise ConfigError(f"no verified model for {config.label or config.hash()}: {reason}") from None
 
 
 def _run_and_store(config: ExperimentConfig, results_dir: str) -> tuple[str, str | None]:

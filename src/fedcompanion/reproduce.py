@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
     args = parser.parse_args(argv)
     todo = [nb for nb in notebooks() if args.only in str(nb)]
+    if not todo:
+        print(f"error: --only {args.only!r} matches no notebook under notebooks/", file=sys.stderr)
+        return 2
     out_dir = ROOT / "build" / ("reproduce" if args.profile == "paper" else "reproduce-smoke")
     figures = ROOT / "figures"
     params = {"profile": args.profile, "refresh": args.refresh}

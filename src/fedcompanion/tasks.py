@@ -29,7 +29,7 @@ from .data.partition import partition
 from .data.synthetic import heterogeneous_least_squares, synthetic_li
 from .losses import Loss, get_loss
 from .models import Centroids, make_model
-from .validation import ConfigError, check_choice, check_number
+from .validation import ConfigError, check_choice, check_device, check_number
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class Task:
 
     def to(self, device: str | torch.device) -> Task:
         """A copy of the task with its data and model on ``device`` (``self`` if already there)."""
-        device = torch.device(device)
+        device = torch.device(check_device(device))
         if device == self.device:
             return self
         move = lambda t: None if t is None else t.to(device)  # noqa: E731

@@ -39,3 +39,18 @@ def check_choice(name: str, value, choices: Iterable):
     if value not in choices:
         raise ConfigError(f"unknown {name} {value!r}; choose one of {sorted(map(str, choices))}")
     return value
+
+
+def check_device(device) -> str:
+    """Return ``device`` as a string if torch knows it and it is available here; else raise naming it."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device must be 'cpu' or 'cuda' (optionally 'cuda:N'), got {device!r}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r}: CUDA is not available on this machine; use device='cpu'")
+    if kind not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    return str(device)

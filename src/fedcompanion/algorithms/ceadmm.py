@@ -55,7 +55,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..protocol import DIVERGENCE_FACTOR, GLOBAL, RunResult, has_diverged
-from ..validation import ConfigError, check_choice, check_number
+from ..validation import ConfigError, check_choice, check_device, check_number
 from .base import register
 
 SOLVERS = ("exact", "linearized_server", "linearized_local")
@@ -292,6 +292,8 @@ class ConsensusADMM:
             check_number("tol", tol, low=0.0, low_open=True)
         if divergence_factor is not None:
             check_number("divergence_factor", divergence_factor, low=1.0)
+        if device is not None:
+            check_device(device)
         task = task if device is None else task.to(device)
         wall = time.perf_counter()
         b = ClientBlocks.from_task(task)

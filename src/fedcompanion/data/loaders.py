@@ -5,9 +5,15 @@ later by a partitioner (:mod:`fedcompanion.data.partition`).
 """
 from __future__ import annotations
 
+import functools
 import gzip
+import hashlib
+import os
 import shutil
+import tempfile
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -15,12 +21,13 @@ import torch
 from ..validation import check_choice, check_number
 from .files import DataError, cache_dir, verified_path
 
-MNIST_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
+# SHA-256 of the decompressed IDX files (the canonical MNIST), to verify the decompressed cache
+MNIST_FILES = {
+    "train-images-idx3-ubyte.gz": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+    "train-labels-idx1-ubyte.gz": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+    "t10k-images-idx3-ubyte.gz": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+    "t10k-labels-idx1-ubyte.gz": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+}
 
 
 @dataclass(frozen=True)
@@ -50,24 +57,47 @@ def _from_torchvision(ds, mean: tuple, std: tuple) -> ArrayDataset:
     return ArrayDataset(x, y, int(y.max()) + 1)
 
 
+def _decompressed(source: Path, target: Path, expected: str) -> None:
+    """Make ``target`` the verified decompression of ``source``: keep it if its SHA-256 is ``expected``,
+    else (missing, truncated, edited) decompress again through a unique temporary file and an atomic rename,
+    so concurrent processes never see a half-written file."""
+    if target.exists() and _digest_once(target, target.stat().st_mtime_ns, target.stat().st_size) == expected:
+        return
+    if target.exists():
+        warnings.warn(f"{target} does not match MNIST's checksum; decompressing it again", stacklevel=3)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with gzip.open(source) as fin, os.fdopen(fd, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        if digest != expected:
+            raise DataError(f"{source} decompresses to data with sha256 {digest[:12]}..., not MNIST's")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+@functools.cache
+def _digest_once(path: Path, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def load_mnist() -> tuple[ArrayDataset, ArrayDataset]:
     """MNIST from the shipped IDX files, read by ``torchvision.datasets.MNIST``.
 
-    The verified ``.gz`` files are decompressed once into ``build/cache/MNIST/raw/`` (the layout
-    torchvision expects); pixels are scaled to [0, 1] and standardised (mean 0.1307, std 0.3081).
+    The verified ``.gz`` files are decompressed into ``build/cache/MNIST/raw/`` (the layout torchvision
+    expects), and the decompressed files are verified against MNIST's checksums on every load (once per
+    process), so a damaged cache is rebuilt rather than read; pixels are scaled to [0, 1] and standardised
+    (mean 0.1307, std 0.3081).
     """
     from torchvision.datasets import MNIST
 
     raw = cache_dir() / "MNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    for name in MNIST_FILES:
-        source = verified_path(f"mnist/{name}")
-        target = raw / name[: -len(".gz")]
-        if not target.exists():
-            tmp = target.with_suffix(".tmp")
-            with gzip.open(source) as fin, open(tmp, "wb") as fout:
-                shutil.copyfileobj(fin, fout)
-            tmp.replace(target)
+    for name, expected in MNIST_FILES.items():
+        _decompressed(verified_path(f"mnist/{name}"), raw / name[: -len(".gz")], expected)
     root = str(cache_dir())
     stats = ((0.1307,), (0.3081,))
     return (

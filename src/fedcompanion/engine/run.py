@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from ..metrics import fairness
 from ..protocol import DIVERGENCE_FACTOR, GLOBAL, LocalResult, RoundInfo, RunResult, State, floats, has_diverged
-from ..validation import ConfigError, check_choice, check_number
+from ..validation import ConfigError, check_choice, check_device, check_number
 from .batched import probe_batched, train_batched
 from .loop import probe_loop, train_loop
 from .sampling import make_sampler
@@ -134,6 +134,8 @@ def run(
     if divergence_factor is not None:
         check_number("divergence_factor", divergence_factor, low=1.0)
     check_choice("engine", engine, ENGINES)
+    if device is not None:
+        check_device(device)
     task = task if device is None else task.to(device)
     local = local or LocalWork(epochs=1.0)
     n = task.num_clients

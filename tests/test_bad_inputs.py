@@ -1,0 +1,219 @@
+"""Bad input fails early, with the right error type and a message that names the parameter.
+
+One table: each row is (what is wrong, a call that must fail, the error type, a pattern the message must
+contain). The first block are the cases found by the new-user review; the rest cover every public entry point.
+"""
+import numpy as np
+import pytest
+import torch
+
+import fedcompanion as fc
+from fedcompanion.data import DataError
+from fedcompanion.experiments import ExperimentConfig, sweep
+from fedcompanion.validation import ConfigError
+
+
+@pytest.fixture(scope="module")
+def lsq4():
+    return fc.tasks.least_squares_task(num_clients=4, dim=3, seed=0)
+
+
+def _run(task, **kw):
+    args = dict(rounds=2, clients_per_round=2, local=fc.LocalWork(steps=1)) | kw
+    algorithm = args.pop("algorithm", fc.make("fedavg"))
+    return fc.run(task, algorithm, **args)
+
+
+def _cfg(**kw):
+    base = dict(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="fedavg", rounds=2,
+                clients_per_round=2, local=dict(steps=1, batch_size=None))
+    return ExperimentConfig(**(base | kw)).validate()
+
+
+def _lsq_clients(n=3):
+    rng = np.random.default_rng(0)
+    return [(rng.normal(size=(5, 2)), rng.normal(size=5)) for _ in range(n)]
+
+
+LINEAR = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(2, 1, bias=False))
+
+CASES = [
+    # ---- found by the review: silently wrong before
+    ("init of the wrong length", lambda t: _run(t, init=torch.zeros(7)), ConfigError, "init must have shape"),
+    ("sampling callable returning NaN", lambda t: _run(t, sampling=lambda r: np.full(4, np.nan)), ConfigError,
+     "sampling probabilities"),
+    ("LocalWork(epochs=inf)", lambda t: fc.LocalWork(epochs=float("inf")), ConfigError, "local epochs"),
+    ("features and labels of unequal length",
+     lambda t: fc.tasks.from_client_arrays("x", [(np.zeros((5, 2)), np.zeros(4))], LINEAR, "squared"),
+     ConfigError, "client 0 has 5 feature rows but 4 targets"),
+    ("fractional labels for cross-entropy",
+     lambda t: fc.tasks.from_client_arrays("x", [(np.zeros((2, 2)), np.array([0.5, 1.0]))], LINEAR, "cross_entropy"),
+     ConfigError, "integer class labels"),
+    ("misspelled partitioner keyword",
+     lambda t: fc.data.partition(np.arange(100) % 10, 5, "dirichlet", np.random.default_rng(0), alpa=0.1),
+     ConfigError, r"no parameter \['alpa'\]"),
+    ("a str algorithm", lambda t: fc.run(t, "fedavg", rounds=1), ConfigError, r"algorithm must be .*fc.make"),
+    ("a dict for local", lambda t: _run(t, local={"steps": 1}), ConfigError, "local must be a fc.LocalWork"),
+    ("numpy init", lambda t: _run(t, init=np.zeros(3)), ConfigError, "init must be a torch tensor"),
+    ("a list for extra_metrics", lambda t: _run(t, extra_metrics=[len]), ConfigError, "extra_metrics must be"),
+    ("gamma list of the wrong length", lambda t: _run(t, algorithm=fc.make("fedvra", gamma=[0.1, 0.2, 0.3])),
+     ConfigError, "gamma has 3 values but the task has 4 clients"),
+    ("CEADMM sigma checked when made", lambda t: fc.make("ceadmm", sigma=-1.0), ConfigError, "sigma must be > 0"),
+    ("sigma and gamma together", lambda t: fc.make("admm", sigma=1.0, gamma=0.1), ConfigError, "sigma or gamma"),
+    ("inf as a hyperparameter", lambda t: fc.make("fedprox", mu=float("inf")), ConfigError, "mu must be a finite"),
+    ("sweep: unknown task_args", lambda t: _cfg(task_args=dict(num_clients=4, dimm=3)), ConfigError,
+     r"no argument \['dimm'\]"),
+    ("sweep: unknown sampling", lambda t: _cfg(sampling="random"), ConfigError, "unknown sampling 'random'"),
+    ("sweep: ADMM family on a non-convex task", lambda t: _cfg(task="dataset", task_args={}, algorithm="ceadmm"),
+     ConfigError, "convex tasks only"),
+    ("sweep: eval_every 0", lambda t: _cfg(eval_every=0), ConfigError, "eval_every must be >= 1"),
+    # ---- fc.run
+    ("rounds 0", lambda t: _run(t, rounds=0), ConfigError, "rounds must be >= 1"),
+    ("rounds fractional", lambda t: _run(t, rounds=1.5), ConfigError, "rounds must be an integer"),
+    ("lr NaN", lambda t: _run(t, lr=float("nan")), ConfigError, "lr must be a finite"),
+    ("lr a str", lambda t: _run(t, lr="0.1"), ConfigError, "lr must be a number"),
+    ("seed negative", lambda t: _run(t, seed=-1), ConfigError, "seed must be >= 0"),
+    ("eval_every 0", lambda t: _run(t, eval_every=0), ConfigError, "eval_every must be >= 1"),
+    ("clients_per_round above N", lambda t: _run(t, clients_per_round=9), ConfigError, "clients_per_round must be"),
+    ("unknown engine", lambda t: _run(t, engine="gpu"), ConfigError, "unknown engine 'gpu'"),
+    ("divergence_factor below 1", lambda t: _run(t, divergence_factor=0.5), ConfigError, "divergence_factor"),
+    ("not a task", lambda t: fc.run({"x": 1}, fc.make("fedavg"), rounds=1), ConfigError, "task must be"),
+    ("not an algorithm", lambda t: fc.run(t, None, rounds=1), ConfigError, "algorithm must be"),
+    ("ADMM family in fc.run", lambda t: fc.run(t, fc.make("ceadmm"), rounds=1), ConfigError, "own solver"),
+    ("init with NaN", lambda t: _run(t, init=torch.full((3,), float("nan"), dtype=torch.float64)), ConfigError,
+     "init must hold finite"),
+    ("unknown device", lambda t: _run(t, device="tpu"), ConfigError, "device must be"),
+    ("probabilities outside [0, 1]", lambda t: _run(t, sampling=lambda r: np.full(4, 1.5)), ConfigError,
+     "sampling probabilities"),
+    # ---- LocalWork
+    ("local steps 0", lambda t: fc.LocalWork(steps=0), ConfigError, "local steps must be >= 1"),
+    ("local steps fractional", lambda t: fc.LocalWork(steps=2.5), ConfigError, "local steps must be an integer"),
+    ("two amounts of work", lambda t: fc.LocalWork(steps=2, epochs=1.0), ConfigError, "give exactly one of"),
+    ("steps_range reversed", lambda t: fc.LocalWork(steps_range=(5, 2)), ConfigError, "steps_range high"),
+    ("steps_range not a pair", lambda t: fc.LocalWork(steps_range=3), ConfigError, "steps_range must be a pair"),
+    ("batch_size 0", lambda t: fc.LocalWork(steps=1, batch_size=0), ConfigError, "batch_size must be >= 1"),
+    ("momentum 1", lambda t: fc.LocalWork(steps=1, momentum=1.0), ConfigError, "momentum must be"),
+    ("weight decay negative", lambda t: fc.LocalWork(steps=1, weight_decay=-1.0), ConfigError, "weight_decay"),
+    ("momentum_reset not a bool", lambda t: fc.LocalWork(steps=1, momentum_reset="no"), ConfigError,
+     "momentum_reset must be"),
+    # ---- make
+    ("unknown algorithm", lambda t: fc.make("fedavgg"), ConfigError, "unknown algorithm 'fedavgg'"),
+    ("algorithm name not a str", lambda t: fc.make(1), ConfigError, "algorithm must be a name"),
+    ("unknown hyperparameter", lambda t: fc.make("fedprox", m=0.1), ConfigError, r"no hyperparameter \['m'\]"),
+    ("gamma 0", lambda t: fc.make("fedvra", gamma=0.0), ConfigError, "gamma must be > 0"),
+    ("gamma empty list", lambda t: fc.make("fedvra", gamma=[]), ConfigError, "gamma must be a number or"),
+    ("dual stepsize negative", lambda t: fc.make("fedvra", dual_stepsize=-1.0), ConfigError, "dual_stepsize"),
+    ("unknown server_update", lambda t: fc.make("fedvra", server_update="both"), ConfigError,
+     "unknown server_update 'both'"),
+    ("unknown SCAFFOLD option", lambda t: fc.make("scaffold", option="III"), ConfigError, "unknown option 'III'"),
+    ("betas not a pair", lambda t: fc.make("fedadam", betas=(0.9,)), ConfigError, "betas must be a pair"),
+    ("beta above 1", lambda t: fc.make("fedadam", betas=(1.5, 0.9)), ConfigError, r"betas\[0\] must be"),
+    ("tau 0", lambda t: fc.make("fedyogi", tau=0.0), ConfigError, "tau must be > 0"),
+    ("epsilon above 1", lambda t: fc.make("fedmgda+", epsilon=2.0), ConfigError, "epsilon must be"),
+    ("q negative", lambda t: fc.make("qfedavg", q=-1.0), ConfigError, "q must be >= 0"),
+    ("unknown weighting", lambda t: fc.make("adafedadam", weighting="fair"), ConfigError, "unknown weighting"),
+    ("warmup negative", lambda t: fc.make("adafedadam", warmup_steps=-1), ConfigError, "warmup_steps must be"),
+    ("alpha negative", lambda t: fc.make("adafedadam", alpha=-1.0), ConfigError, "alpha must be >= 0"),
+    ("accumulate 0", lambda t: fc.make("naccadam", accumulate=0), ConfigError, "accumulate must be >= 1"),
+    ("two_block inside two_block", lambda t: fc.make("two_block", inner="two_block"), ConfigError,
+     "cannot be two_block"),
+    ("two_block over an ADMM solver", lambda t: fc.make("two_block", inner="ceadmm"), ConfigError,
+     "must run on the SGD engine"),
+    ("k0 0", lambda t: fc.make("iceadmm", k0=0), ConfigError, "k0 must be >= 1"),
+    ("unknown curvature", lambda t: fc.make("iceadmm", curvature="hessian"), ConfigError, "unknown curvature"),
+    ("two_block on a non-clustering task", lambda t: _run(t, algorithm=fc.make("two_block")), ConfigError,
+     "clustering task"),
+    # ---- tasks and data
+    ("unknown dataset", lambda t: fc.tasks.federated_dataset_task("mnsit"), ConfigError, "unknown dataset 'mnsit'"),
+    ("unknown partition scheme", lambda t: fc.tasks.federated_dataset_task("mnist", 10, "pathological"),
+     ConfigError, "unknown partition 'pathological'"),
+    ("local test fraction above 0.9", lambda t: fc.tasks.federated_dataset_task(local_test_fraction=1.5),
+     ConfigError, "local_test_fraction"),
+    ("unknown model", lambda t: fc.tasks.federated_dataset_task("mnist", 10, model="resnet"), ConfigError,
+     "unknown model 'resnet'"),
+    ("a client without data", lambda t: fc.tasks.from_client_arrays("x", [(np.zeros((0, 2)), np.zeros(0))], LINEAR,
+                                                                   "squared"), ConfigError, "client 0 holds no data"),
+    ("model not a module", lambda t: fc.tasks.from_client_arrays("x", _lsq_clients(), "linear", "squared"),
+     ConfigError, "model must be a torch.nn.Module"),
+    ("logistic label 2",
+     lambda t: fc.tasks.from_client_arrays("x", [(np.zeros((2, 2)), np.array([0.0, 2.0]))], LINEAR, "logistic"),
+     ConfigError, "logistic labels must be 0 or 1"),
+    ("NaN targets", lambda t: fc.tasks.from_client_arrays("x", [(np.zeros((2, 2)), np.array([0.0, np.nan]))],
+                                                         LINEAR, "squared"), ConfigError, "NaN or inf"),
+    ("unknown weights", lambda t: fc.tasks.from_client_arrays("x", _lsq_clients(), LINEAR, "squared",
+                                                             weights="equal"), ConfigError, "unknown weights"),
+    ("unknown loss", lambda t: fc.tasks.from_client_arrays("x", _lsq_clients(), LINEAR, "hinge"), ConfigError,
+     "unknown loss 'hinge'"),
+    ("unknown QSAR setting", lambda t: fc.tasks.qsar_logistic_task(setting="theirs"), ConfigError,
+     "unknown setting 'theirs'"),
+    ("test fraction above 1", lambda t: fc.data.load_dataset("qsar", test_fraction=2.0), ConfigError,
+     "test_fraction must be"),
+    ("dirichlet alpha 0", lambda t: fc.data.partition(np.arange(50) % 5, 5, "dirichlet", np.random.default_rng(0),
+                                                      alpha=0.0), ConfigError, "alpha must be > 0"),
+    ("shards 0 per client", lambda t: fc.data.partition(np.arange(50) % 5, 5, "shards", np.random.default_rng(0),
+                                                        shards_per_client=0), ConfigError, "shards_per_client"),
+    ("quantity beta negative", lambda t: fc.data.partition(np.arange(50), 5, "quantity", np.random.default_rng(0),
+                                                           beta=-1.0), ConfigError, "beta must be > 0"),
+    ("more clients than samples", lambda t: fc.data.partition(np.arange(5), 10, "iid", np.random.default_rng(0)),
+     ConfigError, "num_clients=10 is too many"),
+    ("task weights not summing to 1",
+     lambda t: fc.tasks.Task("x", LINEAR, "squared", t.x_all, t.y_all, t.offsets, t.weights * 2), ConfigError,
+     "client weights must be"),
+    ("a task on an unknown device", lambda t: t.to("tpu"), ConfigError, "device must be"),
+    # ---- the ADMM solver
+    ("iterations 0", lambda t: fc.make("iceadmm").solve(t, iterations=0), ConfigError, "iterations must be >= 1"),
+    ("record_every 0", lambda t: fc.make("iceadmm").solve(t, record_every=0), ConfigError, "record_every must be"),
+    ("tol negative", lambda t: fc.make("iceadmm").solve(t, tol=-1.0), ConfigError, "tol must be > 0"),
+    ("x0 of the wrong shape", lambda t: fc.make("iceadmm").solve(t, x0=torch.zeros(5)), ConfigError,
+     r"x0 must be a tensor of shape \(3,\)"),
+    ("sigma list of the wrong length", lambda t: fc.make("ceadmm", sigma=[1.0, 2.0]).solve(t, iterations=1),
+     ConfigError, "sigma has 2 values but the task has 4 clients"),
+    # ---- configs and sweeps
+    ("unknown task", lambda t: _cfg(task="imagenet"), ConfigError, "unknown task 'imagenet'"),
+    ("task_args not a dict", lambda t: _cfg(task_args=[4, 3]), ConfigError, "task_args must be a dict"),
+    ("hyperparameters not a dict", lambda t: _cfg(hyperparameters=[1]), ConfigError,
+     "hyperparameters must be a dict"),
+    ("unknown metric", lambda t: _cfg(metrics=["accuracy"]), ConfigError, "unknown metric 'accuracy'"),
+    ("tol for an engine algorithm", lambda t: _cfg(tol=1e-3), ConfigError, "tol applies to the ADMM family"),
+    ("per_client_metrics not a bool", lambda t: _cfg(per_client_metrics="yes"), ConfigError,
+     "per_client_metrics must be"),
+    ("config device unknown", lambda t: _cfg(device="tpu"), ConfigError, "device must be"),
+    ("misspelled LocalWork field", lambda t: _cfg(local={"stepz": 3}), ConfigError, r"local has no field \['stepz'\]"),
+    ("partition keyword of another scheme",
+     lambda t: _cfg(task="dataset", task_args={"partition_scheme": "iid", "alpha": 0.1}), ConfigError,
+     r"'iid' partition has no parameter \['alpha'\]"),
+    ("sweep of something else", lambda t: sweep([{"task": "dataset"}], "build/never"), ConfigError,
+     "configs must be a list of ExperimentConfig"),
+    ("sweep jobs 0", lambda t: sweep([], "build/never", jobs=0), ConfigError, "jobs must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("what,call,error,pattern", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_named(lsq4, what, call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call(lsq4)
+
+
+def test_the_table_is_large():
+    assert len(CASES) >= 18 + 40
+
+
+def test_a_huge_loss_is_divergence_not_ok(lsq4):
+    """The loss grows by orders of magnitude without overflowing: the run stops as diverged."""
+    r = _run(lsq4, lr=3.0, rounds=60, local=fc.LocalWork(steps=2, batch_size=None))
+    assert r.status == "diverged" and r.metric("train_loss").iloc[-1] > 1e3 * r.metric("train_loss").iloc[0]
+    assert np.isfinite(r.metric("train_loss").iloc[-1]), "caught before it overflowed"
+    unguarded = _run(lsq4, lr=3.0, rounds=60, local=fc.LocalWork(steps=2, batch_size=None), divergence_factor=None)
+    assert unguarded.rounds_run > r.rounds_run
+
+
+def test_reproduce_only_matching_nothing_fails():
+    from fedcompanion.reproduce import main
+
+    assert main(["--only", "no-such-notebook"]) != 0
+
+
+def test_data_errors_name_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDCOMPANION_DATA", str(tmp_path))
+    with pytest.raises(DataError, match="SHA256SUMS is missing"):
+        fc.data.load_dataset("qsar")

@@ -1,125 +1,173 @@
-"""Engine benchmark: rounds per second of the loop and batched engines (``make bench``).
+"""Engine benchmark: rounds per second of fedcompanion's engines against a plain torch loop (and Flower's
+simulation engine when the ``[flower]`` extra is installed), side by side in one run.
 
-MNIST MLP 784-200-200-10, 100 clients (Dirichlet 0.3), m in {10, 50, 100} clients per round, one
-local epoch of mini-batches of 32, FedAvg and FedVRA. Each measurement runs in its own process
-(so its peak resident memory is its own) and reports rounds/s (evaluation excluded), achieved
-GFLOP/s (6 x multiply-adds per sample x samples processed) against a float32 matrix-multiply peak
-measured here, and peak memory. Writes ``figures/bench_engine.csv`` and ``.png``/``.pdf``.
-Flower's simulation engine joins the table once the Flower adapter exists.
+    python benchmarks/engine.py [--rounds 3] [--repeats 4] [--device cpu]
+
+Workload (the same for every column): MNIST, MLP 784-200-200-10, 100 clients (Dirichlet 0.3), m clients per
+round sampled uniformly, one local epoch of mini-batches of 32, lr 0.05. Each column runs ``--rounds`` rounds
+after one warm-up round, ``--repeats`` times interleaved with the others; the table shows medians, with
+evaluation and start-up excluded. GFLOP/s count 6 x multiply-adds per sample processed (forward and backward);
+"% of peak" is against a float32 matrix product measured in the same run. Writes
+``benchmarks/results/engine.csv``.
+
+Columns: ``batched`` and ``loop`` are ``fc.run(..., engine=...)`` (FedAvg and FedVRA); ``plain torch`` is the same
+FedAvg round written as a plain ``nn.Module`` + ``torch.optim.SGD`` loop over the clients, one after another;
+``flower`` is the same FedAvg round as a Flower simulation (``fedcompanion.flower``).
 """
 from __future__ import annotations
 
 import argparse
-import json
-import resource
-import subprocess
-import sys
+import copy
+import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import torch
+
+import fedcompanion as fc
+from fedcompanion.engine import batch_indices
+
 ROOT = Path(__file__).resolve().parents[1]
-MS = (10, 50, 100)
-ALGORITHMS = {"fedavg": {}, "fedvra": {"gamma": 0.1}}
 
 
-def gemm_peak(n: int = 2048, repeats: int = 10) -> float:
-    """float32 GFLOP/s of an n x n matrix product with torch's threads (best of ``repeats``)."""
-    import torch
-
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def gemm_peak(device: str, n: int = 2048, repeats: int = 10) -> float:
+    """float32 GFLOP/s of an n x n matrix product (best of ``repeats``)."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     best = float("inf")
     for _ in range(repeats + 2):
+        _sync(device)
         tic = time.perf_counter()
         a @ b
+        _sync(device)
         best = min(best, time.perf_counter() - tic)
     return 2 * n**3 / best / 1e9
 
 
-def measure(engine: str, m: int, algorithm: str, rounds: int) -> dict:
-    import torch
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
-    import fedcompanion as fc
-    from fedcompanion.engine import run as run_module  # noqa: F401
-    from fedcompanion.engine.run import ENGINES
 
-    task = fc.tasks.federated_dataset_task("mnist", 100, "dirichlet", "mlp", seed=0, alpha=0.3, hidden=(200, 200))
-    samples = 0
-    train, probe = ENGINES[engine]
+def engine_round_rate(task, m, algorithm, hp, engine, rounds, device) -> float:
+    """Rounds per second of ``fc.run`` (evaluation excluded: its timing counts computation only)."""
+    result = fc.run(task, fc.make(algorithm, **hp), rounds, m, seed=1, engine=engine, lr=0.05,
+                    local=fc.LocalWork(epochs=1.0, batch_size=32), per_client_metrics=False, eval_every=10**6,
+                    device=device)
+    return rounds / float(result.timing.compute_time.iloc[-1])
 
-    def counting(task_, objective, clients, **kw):
-        nonlocal samples
-        sizes = task_.client_sizes[clients].clamp(max=32)
-        samples += int((objective.steps * sizes).sum())
-        return train(task_, objective, clients, **kw)
 
-    fc.engine.register_engine("counted", counting, probe)
-    work = fc.LocalWork(epochs=1.0, batch_size=32)
-    fc.run(task, fc.make(algorithm, **ALGORITHMS[algorithm]), 1, m, engine="counted", local=work,
-           per_client_metrics=False, eval_every=10**6)  # warm-up
-    samples = 0
-    result = fc.run(task, fc.make(algorithm, **ALGORITHMS[algorithm]), rounds, m, seed=1, engine="counted",
-                    local=work, per_client_metrics=False, eval_every=10**6)
-    seconds = float(result.metric("compute_time").iloc[-1])
-    macs = sum(p.numel() for n, p in task.model.named_parameters() if n.endswith("weight"))
-    return {
-        "engine": engine, "m": m, "algorithm": algorithm, "rounds": rounds,
-        "rounds_per_s": rounds / seconds, "gflops": 6 * macs * samples / seconds / 1e9,
-        "peak_mem_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-        "threads": torch.get_num_threads(),
-    }  # fmt: skip
+def plain_round_rate(task, m, rounds, device) -> float:
+    """The same FedAvg rounds, written as a plain torch training loop (clients one after another)."""
+    task = task.to(device)
+    x = task.init_params(1)
+    model = copy.deepcopy(task.model)
+    rng = np.random.default_rng(0)
+    sizes = task.client_sizes.numpy()
+    tic = time.perf_counter()
+    for r in range(rounds):
+        active = np.sort(rng.choice(task.num_clients, m, replace=False))
+        total, weight = torch.zeros_like(x), 0.0
+        for i in active.tolist():
+            inputs, targets = task.client_data(i)
+            steps = int(np.ceil(sizes[i] / min(32, sizes[i])))
+            torch.nn.utils.vector_to_parameters(x.clone(), model.parameters())
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+            for rows in batch_indices(1, r, i, int(sizes[i]), steps, 32).to(device):
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(inputs[rows]), targets[rows]).backward()
+                optimizer.step()
+            total += float(sizes[i]) * torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+            weight += float(sizes[i])
+        x = total / weight
+    _sync(device)
+    return rounds / (time.perf_counter() - tic)
+
+
+def flower_round_rate(m, rounds) -> float | None:
+    """The same FedAvg rounds on Flower's simulation engine (None without the ``[flower]`` extra)."""
+    try:
+        from fedcompanion.flower import simulate
+    except ImportError:
+        return None
+    config = fc.experiments.ExperimentConfig(
+        task="dataset", task_args=dict(dataset="mnist", num_clients=100, partition_scheme="dirichlet", alpha=0.3),
+        algorithm="fedavg", rounds=rounds + 1, clients_per_round=m, lr=0.05, local=dict(epochs=1.0, batch_size=32),
+        eval_every=10**6, per_client_metrics=False, seed=1)
+    result = simulate(config, evaluate=False)
+    times = result.timing.compute_time.to_numpy()
+    return rounds / float(times[-1] - times[1])  # start-up and the first (warm-up) round excluded
+
+
+def samples_per_round(task, m) -> float:
+    """Expected samples processed per round under uniform sampling of m clients (one epoch, batches of 32)."""
+    sizes = task.client_sizes.numpy()
+    per_client = np.ceil(sizes / np.minimum(32, sizes)) * np.minimum(32, sizes)
+    return m * float(per_client.mean())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--one", nargs=4, metavar=("ENGINE", "M", "ALGORITHM", "ROUNDS"))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--ms", type=int, nargs="+", default=[10, 50])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-flower", action="store_true")
     args = parser.parse_args()
-    if args.one:
-        engine, m, algorithm, rounds = args.one
-        print(json.dumps(measure(engine, int(m), algorithm, int(rounds))))
-        return 0
+    device = args.device
+    task = fc.tasks.federated_dataset_task("mnist", 100, "dirichlet", "mlp", seed=0, alpha=0.3).to(device)
+    macs = sum(p.numel() for n, p in task.model.named_parameters() if n.endswith("weight"))
+    peak = gemm_peak(device)
+    threads = torch.get_num_threads()
+    print(f"device {device}, {threads} torch threads; float32 matrix-product peak {peak:.0f} GFLOP/s")
+    def engine_column(engine, algorithm, hp):
+        return lambda m: engine_round_rate(task, m, algorithm, hp, engine, args.rounds, device)
 
-    import pandas as pd
-
-    from fedcompanion.plots import save_figure, style
-
-    peak = gemm_peak()
-    print(f"float32 GEMM peak on this machine: {peak:.0f} GFLOP/s")
+    columns = {f"{engine} {name}": engine_column(engine, name, hp) for engine in ("batched", "loop")
+               for name, hp in (("fedavg", {}), ("fedvra", {"gamma": 0.1}))}
+    columns["plain torch fedavg"] = lambda m: plain_round_rate(task, m, args.rounds, device)
+    if not args.no_flower and device == "cpu":
+        columns["flower fedavg"] = lambda m: flower_round_rate(m, args.rounds)
     rows = []
-    for algorithm in ALGORITHMS:
-        for m in MS:
-            for engine in ("loop", "batched"):
-                cmd = [sys.executable, __file__, "--one", engine, str(m), algorithm, str(args.rounds)]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                row = json.loads(out.strip().splitlines()[-1])
-                row["pct_of_peak"] = 100 * row["gflops"] / peak
-                rows.append(row)
-                print(f"{algorithm:7s} m={m:3d} {engine:8s} {row['rounds_per_s']:6.2f} rounds/s "
-                      f"{row['gflops']:6.1f} GFLOP/s ({row['pct_of_peak']:4.1f}% of peak) "
-                      f"peak memory {row['peak_mem_gb']:.2f} GB", flush=True)
+    for m in args.ms:
+        for name, fn in columns.items():  # warm-up (Flower's simulation excludes its own start-up)
+            if not name.startswith("flower"):
+                fn(m)
+        measured = {name: [] for name in columns}
+        for _ in range(args.repeats):
+            for name, fn in columns.items():
+                rate = fn(m)
+                if rate is not None:
+                    measured[name].append(rate)
+        gflop = 6 * macs * samples_per_round(task, m) / 1e9
+        for name, rates in measured.items():
+            if not rates:
+                continue
+            rate = statistics.median(rates)
+            rows.append(dict(column=name, m=m, rounds_per_s=rate, gflops=gflop * rate, pct_of_peak=100 * gflop * rate
+                             / peak, repeats=len(rates), device=device, threads=threads, peak_gflops=peak))
     frame = pd.DataFrame(rows)
-    frame["gemm_peak_gflops"] = peak
-    speedup = frame.pivot_table(index=["algorithm", "m"], columns="engine", values="rounds_per_s")
-    speedup["batched / loop"] = speedup["batched"] / speedup["loop"]
-    print("\n" + speedup.round(2).to_string())
-    figures = ROOT / "figures"
-    figures.mkdir(exist_ok=True)
-    frame.to_csv(figures / "bench_engine.csv", index=False)
-
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    style()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    sns.barplot(frame, x="m", y="rounds_per_s", hue="engine", ax=axes[0], errorbar=None)
-    axes[0].set(ylabel="rounds per second", xlabel="clients per round m", title="speed (FedAvg and FedVRA)")
-    sns.barplot(frame, x="m", y="pct_of_peak", hue="engine", ax=axes[1], errorbar=None)
-    axes[1].set(ylabel="% of measured GEMM peak", xlabel="clients per round m",
-                title=f"efficiency (peak {peak:.0f} GFLOP/s)")
-    save_figure(fig, "bench_engine", figures)
-    print(f"wrote {figures / 'bench_engine.csv'} and bench_engine.png/.pdf")
+    table = frame.pivot(index="column", columns="m", values="rounds_per_s")
+    for m in args.ms:
+        table[f"% peak (m={m})"] = frame[frame.m == m].set_index("column").pct_of_peak
+    print("\nrounds per second (median of repeats), and % of the measured float32 peak:")
+    print(table.round(2).to_string())
+    base = table.loc["plain torch fedavg"]
+    print("\nratios at each m: batched / plain torch = " + ", ".join(
+        f"{table.loc['batched fedavg', m] / base[m]:.2f} (m={m})" for m in args.ms))
+    print("                   loop / plain torch    = " + ", ".join(
+        f"{table.loc['loop fedavg', m] / base[m]:.2f} (m={m})" for m in args.ms))
+    if "flower fedavg" in table.index:
+        print("                   batched / flower      = " + ", ".join(
+            f"{table.loc['batched fedavg', m] / table.loc['flower fedavg', m]:.2f} (m={m})" for m in args.ms))
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    name = "engine.csv" if device == "cpu" else f"engine-{device.replace(':', '')}.csv"
+    frame.to_csv(out / name, index=False)
+    print(f"wrote {out / name}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -9,9 +9,11 @@ import torch
 import fedcompanion as fc
 from fedcompanion.engine import probe_batched, probe_loop
 
-FAMILIES = [("fedavg", {}), ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),
+FAMILIES = [("fedavg", {}), ("fedadam", {"server_lr": 0.01}),
+            ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),
             ("fedadmm", {"gamma": 0.3}), ("feddyn", {"alpha": 0.3}), ("scaffold", {"option": "II"}),
-            ("scaffold", {"option": "I"})]
+            ("scaffold", {"option": "I"}),
+            ("fedvra", {"gamma": [0.1 + 0.02 * i for i in range(30)]})]  # per-client gamma: the autograd path
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ def dirichlet_partition(
     times) until every client holds at least ``min_size`` samples, so no client is empty.
     """
     check_number("alpha", alpha, low=0.0, low_open=True)
+    check_number("min_size", min_size, low=1, integer=True)
     labels = np.asarray(labels)
     _check_clients(num_clients, len(labels) // max(min_size, 1))
     by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
@@ -83,13 +84,14 @@ def quantity_skew_partition(
     return [np.sort(p).astype(np.int64) for p in np.split(rng.permutation(num_samples), cuts)]
 
 
-PARTITIONS = {"iid": (), "dirichlet": ("alpha",), "shards": ("shards_per_client",), "quantity": ("beta",)}
+PARTITIONS = {"iid": (), "dirichlet": ("alpha", "min_size"), "shards": ("shards_per_client",), "quantity": ("beta",)}
 
 
 def partition(
     labels: np.ndarray, num_clients: int, scheme: str, rng: np.random.Generator, **kwargs
 ) -> list[np.ndarray]:
-    """Dispatch by name: ``iid``, ``dirichlet`` (alpha), ``shards`` (shards_per_client), ``quantity`` (beta)."""
+    """Dispatch by name: ``iid``, ``dirichlet`` (alpha, min_size), ``shards`` (shards_per_client),
+    ``quantity`` (beta)."""
     check_choice("partition", scheme, PARTITIONS)
     unknown = sorted(set(kwargs) - set(PARTITIONS[scheme]))
     if unknown:
@@ -99,7 +101,7 @@ def partition(
     if scheme == "iid":
         return iid_partition(n, num_clients, rng)
     if scheme == "dirichlet":
-        return dirichlet_partition(labels, num_clients, kwargs.get("alpha", 0.5), rng)
+        return dirichlet_partition(labels, num_clients, kwargs.get("alpha", 0.5), rng, kwargs.get("min_size", 2))
     if scheme == "shards":
         return shard_partition(labels, num_clients, kwargs.get("shards_per_client", 2), rng)
     return quantity_skew_partition(n, num_clients, kwargs.get("beta", 1.0), rng)

@@ -17,10 +17,21 @@ of :func:`~.schedule.batch_indices`, so the trajectory is the loop engine's up t
 summation order: in float64 the two agree to ~1e-16; in float32 they agree to ~1e-7 per round until
 a ReLU pre-activation close to zero changes sign in one engine and not the other, after which a
 client's trajectory may differ by ~1e-4 (the tests compare the engines in float64).
+
+For multilayer perceptrons (``nn.Sequential`` of ``Linear`` and ``ReLU`` layers, an optional leading
+``Flatten``; linear and logistic models included) with a cross-entropy, logistic or squared loss, and one
+step size, proximal weight and loss scale for all clients (the usual case), the forward and backward
+passes are written out as batched matrix products, and each weight update is fused into its gradient's
+product (``W.baddbmm_(delta^T, a, beta=1 - eta * decay, alpha=-eta * s)``): the weight gradient is never
+stored and [K, P] is streamed once per step instead of three times. Other models go through
+``torch.func.vmap`` and autograd.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+from torch import nn
 from torch.func import functional_call, vmap
 
 from ..protocol import LocalObjective
@@ -84,52 +95,94 @@ def _relayout(tensors: dict, like: dict) -> dict:
     return {n: torch.empty_like(like[n]).copy_(v) for n, v in tensors.items()}
 
 
-def _flat(params: dict, order: torch.Tensor) -> torch.Tensor:
+def _flat(params: dict, inverse: torch.Tensor) -> torch.Tensor:
     """The per-layer [K, ...] tensors back to [K, P], in the caller's client order."""
-    x = torch.cat([p.flatten(1) for p in params.values()], dim=1)
-    out = torch.empty_like(x)
-    out[order] = x
-    return out
+    return torch.cat([p.flatten(1) for p in params.values()], dim=1).index_select(0, inverse)
+
+
+def _uniform(v: torch.Tensor) -> bool:
+    return bool((v == v[0]).all())
+
+
+@dataclass
+class _Round:
+    """Everything the local steps of one batched round need, with the clients longest-working first."""
+
+    order: torch.Tensor        # position in the batch -> position in the caller's client list
+    steps: torch.Tensor        # Q_k, descending
+    rows: torch.Tensor         # [K, Q, B] row indices into each client's data
+    weights: torch.Tensor      # [K, Q, B] 1/B_k on real rows, 0 on padding
+    x_offsets: torch.Tensor    # where each client's inputs start in task.x_all
+    y_source: torch.Tensor     # targets laid out back to back
+    y_offsets: torch.Tensor
+    params: dict               # layer name -> [K, ...]
+    buffers: dict | None       # momentum buffers, like params
+    offset: dict | None        # c - rho z per layer (constant over the steps), or None
+    lr: torch.Tensor
+    scale: torch.Tensor
+    prox: torch.Tensor
+    l2: torch.Tensor
+
+    def live(self, t: int) -> int:
+        """How many clients still work at step t (a prefix of the batch)."""
+        return int((self.steps > t).sum())
+
+    def batch(self, t: int, n: int, inputs: torch.Tensor):
+        local = self.rows[:n, t]
+        return inputs[local + self.x_offsets[:n, None]], self.y_source[local + self.y_offsets[:n, None]]
+
+
+def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, batch_size: int | None) -> _Round:
+    order = torch.argsort(objective.steps, descending=True, stable=True)
+    steps = objective.steps[order]
+    rows, weights = _batches(task, clients[order], steps, seed, round, batch_size)
+    y_source, y_offsets = _targets(task, objective, clients)
+    params = {n: p.contiguous() for n, p in task.unflatten(objective.start[order]).items()}
+    buffers = None
+    if objective.momentum != 0:
+        start = objective.momentum_buffer
+        buffers = task.unflatten(torch.zeros_like(objective.start) if start is None else start[order])
+        buffers = {n: b.contiguous() for n, b in buffers.items()}
+    prox = objective.prox[order]
+    offset = None  # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
+    if objective.linear is not None or bool((prox != 0).any()):
+        offset = torch.zeros_like(objective.start) if objective.linear is None else objective.linear.clone()
+        offset -= objective.prox[:, None] * objective.anchor
+        offset = {n: v.contiguous() for n, v in task.unflatten(offset[order]).items()}
+    return _Round(order, steps, rows, weights, task.offsets[clients[order]].to(task.device), y_source,
+                  y_offsets[order], params, buffers, offset, objective.lr[order], objective.scale[order], prox,
+                  task.client_l2[clients[order]].to(task.device, task.dtype))
 
 
 def train_batched(task, objective: LocalObjective, clients, *, seed: int, round: int,
                   batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Batched engine: returns x_k^{Q_k} [K, P] and the final momentum buffers (``None`` without momentum)."""
-    momentum = objective.momentum != 0
     if len(clients) == 0:
-        return objective.start.clone(), (objective.start.clone() if momentum else None)
-    order = torch.argsort(objective.steps, descending=True, stable=True)
-    steps = objective.steps[order]
-    rows, weights = _batches(task, clients[order], steps, seed, round, batch_size)
-    y_source, y_offsets = _targets(task, objective, clients)
-    x_offsets = task.offsets[clients[order]].to(task.device)
-    y_offsets = y_offsets[order]
-    params = {n: p.contiguous() for n, p in task.unflatten(objective.start[order]).items()}
-    buffers = None
-    if momentum:
-        start = objective.momentum_buffer
-        buffers = task.unflatten(torch.zeros_like(objective.start) if start is None else start[order].clone())
-    lr, scale, prox = objective.lr[order], objective.scale[order], objective.prox[order]
-    l2 = task.client_l2[clients[order]].to(task.device, task.dtype)
-    use_scale, use_prox, decay = bool((scale != 1).any()), bool((prox != 0).any()), objective.weight_decay
-    # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
-    offset = None
-    if objective.linear is not None or use_prox:
-        offset = torch.zeros_like(objective.start) if objective.linear is None else objective.linear.clone()
-        if use_prox:
-            offset -= objective.prox[:, None] * objective.anchor
-        offset = task.unflatten(offset[order])
-    for t in range(int(steps[0])):
-        n = int((steps > t).sum())  # the clients still working: a prefix
+        return objective.start.clone(), (objective.start.clone() if objective.momentum != 0 else None)
+    plan = _prepare(task, objective, clients, seed, round, batch_size)
+    layers = mlp_layers(task.model)
+    if layers is not None and task.loss.name in _OUTPUT_GRADIENTS and all(
+            _uniform(v) for v in (plan.lr, plan.scale, plan.prox, plan.l2)):
+        _mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
+    else:
+        _autograd_steps(task, plan, objective.momentum, objective.weight_decay)
+    inverse = torch.argsort(plan.order)
+    return _flat(plan.params, inverse), (None if plan.buffers is None else _flat(plan.buffers, inverse))
+
+
+def _autograd_steps(task, plan: _Round, momentum: float, decay: float) -> None:
+    """Local steps of any model: gradients by vmap + autograd, then the update per layer."""
+    lr, scale, prox = plan.lr, plan.scale, plan.prox
+    use_scale, use_prox, one_lr = not bool((scale == 1).all()), bool((prox != 0).any()), _uniform(lr)
+    params, buffers, offset = plan.params, plan.buffers, plan.offset
+    for t in range(int(plan.steps[0])):
+        n = plan.live(t)
         live = {name: p[:n] for name, p in params.items()}
-        local = rows[:n, t]
-        inputs = task.x_all[local + x_offsets[:n, None]]
-        targets = y_source[local + y_offsets[:n, None]]
-        grads = _layer_grads(task, live, inputs, targets, weights[:n, t], l2[:n])
+        grads = _layer_grads(task, live, *plan.batch(t, n, task.x_all), plan.weights[:n, t], plan.l2[:n])
         if t == 0:  # store every [K, ...] tensor in the memory layout autograd gives the gradients
-            params = live = _relayout(params, grads)
+            params = plan.params = live = _relayout(params, grads)
             offset = None if offset is None else _relayout(offset, grads)
-            buffers = None if buffers is None else _relayout(buffers, grads)
+            buffers = plan.buffers = None if buffers is None else _relayout(buffers, grads)
         for name, p in live.items():
             d = grads[name]
             if use_scale:
@@ -144,9 +197,107 @@ def train_batched(task, objective: LocalObjective, clients, *, seed: int, round:
             if decay:
                 d.add_(p, alpha=decay)
             if buffers is not None:
-                d = buffers[name][:n].mul_(objective.momentum).add_(d)
-            p.sub_(d * _per_client(lr[:n], d))  # in place: p is a view of params
-    return _flat(params, order), (None if buffers is None else _flat(buffers, order))
+                d = buffers[name][:n].mul_(momentum).add_(d)
+            if one_lr:
+                p.sub_(d, alpha=float(lr[0]))
+            else:
+                p.sub_(d.mul_(_per_client(lr[:n], d)))  # in place: p is a view of params
+
+
+def mlp_layers(model: nn.Module) -> list[tuple[str, str | None]] | None:
+    """[(weight name, bias name or None)] per Linear layer if ``model`` is an MLP the fused path handles
+    (``Sequential`` of an optional ``Flatten``, then ``Linear`` layers separated by ``ReLU``); else ``None``."""
+    if not isinstance(model, nn.Sequential):
+        return None
+    modules = list(model.named_children())
+    if modules and isinstance(modules[0][1], nn.Flatten) and modules[0][1].start_dim == 1:
+        modules = modules[1:]
+    if not modules or len(modules) % 2 != 1:
+        return None
+    layers = []
+    for j, (name, module) in enumerate(modules):
+        if j % 2 == 0 and isinstance(module, nn.Linear):
+            layers.append((f"{name}.weight", None if module.bias is None else f"{name}.bias"))
+        elif j % 2 == 1 and type(module) is nn.ReLU:
+            continue
+        else:
+            return None
+    return layers
+
+
+def _cross_entropy_grad(z, y, w):
+    g = torch.softmax(z, -1)
+    g.scatter_add_(-1, y.unsqueeze(-1), torch.full(y.shape + (1,), -1.0, dtype=g.dtype, device=g.device))
+    return g.mul_(w.unsqueeze(-1))
+
+
+_OUTPUT_GRADIENTS = {  # d (sum_j w_j loss_j) / d output, for output [n, B, C] and targets [n, B]
+    "cross_entropy": _cross_entropy_grad,
+    "logistic": lambda z, y, w: (torch.sigmoid(z) - y.unsqueeze(-1)).mul_(w.unsqueeze(-1)),
+    "squared": lambda z, y, w: (z - y.unsqueeze(-1)).mul_(w.unsqueeze(-1)),
+}
+
+
+def _mlp_steps(task, plan: _Round, layers, momentum: float, weight_decay: float) -> None:
+    """Local steps of an MLP with every client sharing eta, s, rho and mu_i: forward and backward passes as
+    batched products, each weight update fused into its gradient's product."""
+    lr, s = float(plan.lr[0]), float(plan.scale[0])
+    decay = s * float(plan.l2[0]) + float(plan.prox[0]) + weight_decay  # d = s g + decay x + offset
+    params, buffers, offset = plan.params, plan.buffers, plan.offset
+    output_grad = _OUTPUT_GRADIENTS[task.loss.name]
+    inputs = task.x_all.reshape(len(task.x_all), -1)
+    for t in range(int(plan.steps[0])):
+        n = plan.live(t)
+        _mlp_step(params, buffers, offset, layers, slice(0, n), *plan.batch(t, n, inputs), plan.weights[:n, t],
+                  output_grad, lr, s, decay, momentum)
+
+
+def _mlp_step(params, buffers, offset, layers, rows: slice, a, y, weights, output_grad, lr, s, decay, momentum):
+    """One local step of the clients ``rows`` (see ``_mlp_steps``; processing the batch in chunks of clients
+    whose parameters fit in cache was measured and is not faster)."""
+    acts = []
+    for j, (w_name, b_name) in enumerate(layers):
+        acts.append(a)
+        w = params[w_name][rows].transpose(1, 2)
+        a = torch.bmm(a, w) if b_name is None else torch.baddbmm(params[b_name][rows].unsqueeze(1), a, w)
+        if j + 1 < len(layers):
+            a = a.clamp_min_(0)
+    delta = output_grad(a, y, weights)
+    for j in range(len(layers) - 1, -1, -1):
+        w_name, b_name = layers[j]
+        below = None
+        if j > 0:  # the gradient for the layer below, with this layer's weights before their update
+            below = torch.bmm(delta, params[w_name][rows]).mul_(acts[j] > 0)
+        for name, grad in ((w_name, (delta.transpose(1, 2), acts[j])), (b_name, None)):
+            if name is None:
+                continue
+            grad = grad if grad is not None else delta.sum(1)
+            p = params[name][rows]
+            if buffers is None:  # p <- (1 - eta decay) p - eta s g - eta offset
+                _fused_step(p, grad, beta=1 - lr * decay, alpha=-lr * s)
+                if offset is not None:
+                    p.add_(offset[name][rows], alpha=-lr)
+            else:  # b <- mu b + decay p + s g + offset; p <- p - eta b
+                b = buffers[name][rows]
+                b.mul_(momentum)
+                if decay:
+                    b.add_(p, alpha=decay)
+                _fused_step(b, grad, beta=1.0, alpha=s)
+                if offset is not None:
+                    b.add_(offset[name][rows])
+                p.add_(b, alpha=-lr)
+        delta = below
+
+
+def _fused_step(target: torch.Tensor, grad, beta: float, alpha: float) -> None:
+    """target <- beta * target + alpha * gradient, where ``grad`` is a pair (A, B) whose product is the
+    gradient (fused into one batched GEMM) or the gradient itself."""
+    if isinstance(grad, tuple):
+        target.baddbmm_(*grad, beta=beta, alpha=alpha)
+        return
+    if beta != 1:
+        target.mul_(beta)
+    target.add_(grad, alpha=alpha)
 
 
 def probe_batched(task, x0: torch.Tensor, clients) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	@echo ">> creating $(VENV) (first time: a few minutes; torch comes from this machine's wheels)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,flower]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name fedcompanion --display-name "Python (fedcompanion)" >/dev/null
 	@touch $(STAMP)
 

@@ -97,7 +97,7 @@ def flower_round_rate(m, rounds) -> float | None:
         eval_every=10**6, per_client_metrics=False, seed=1)
     result = simulate(config, evaluate=False)
     times = result.timing.compute_time.to_numpy()
-    return rounds / float(times[-1] - times[1])  # start-up and the first (warm-up) round excluded
+    return rounds / float(times[-1] - times[0])  # start-up and the first (warm-up) round excluded
 
 
 def samples_per_round(task, m) -> float:

@@ -2,7 +2,7 @@
 from ..protocol import GLOBAL, LocalObjective, RunResult
 from .batched import probe_batched, train_batched
 from .loop import probe_loop, train_loop
-from .run import ENGINES, play_round, register_engine, run
+from .run import ENGINES, Recorder, Schedule, client_work, initial_state, play_round, register_engine, run
 from .sampling import make_sampler
 from .schedule import LocalWork, batch_indices
 
@@ -11,6 +11,10 @@ __all__ = [
     "GLOBAL",
     "LocalObjective",
     "LocalWork",
+    "Recorder",
+    "Schedule",
+    "client_work",
+    "initial_state",
     "RunResult",
     "batch_indices",
     "make_sampler",

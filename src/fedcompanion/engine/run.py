@@ -57,26 +57,111 @@ def _check_run_arguments(task, algorithm, local, init, extra_metrics):
             raise ConfigError("extra_metrics must be a dict of name -> function of the global model")
 
 
-def play_round(task, algorithm, state: State, info: RoundInfo, *, engine: str = DEFAULT_ENGINE, seed: int = 0,
-               local: LocalWork | None = None, momentum_buffers: list | None = None):
-    """One round: broadcast, local objective, probe (if asked for), local work, client and server updates.
+MOMENTUM = "local_momentum"  # the client-state entry holding a carried local-optimiser momentum buffer
 
-    Returns ``(new state, what was broadcast, what was uploaded, the local result)``; ``momentum_buffers``
-    are the active clients' carried local-optimiser buffers (``None``: start from zero).
+
+def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: str = DEFAULT_ENGINE, seed: int = 0,
+                local: LocalWork | None = None):
+    """What the active clients do in a round: local objective, probe (if asked for), local work, client update.
+
+    ``clients`` is their part of the state (:class:`~fedcompanion.protocol.ActiveClients`); a carried momentum
+    buffer is its ``local_momentum`` entry. Returns ``(their new state entries, the uploads, the local result)``.
+    A Flower client runs exactly this for K = 1.
     """
     train, probe = ENGINES[engine]
     local = local or LocalWork(epochs=1.0)
-    received = algorithm.broadcast(state)
-    own = state.active(info.clients)
-    objective = algorithm.local_objective(task, received, own, info).replace(
+    carried = MOMENTUM in clients and len(info.clients) > 0
+    objective = algorithm.local_objective(task, received, clients, info).replace(
         momentum=local.momentum, weight_decay=local.weight_decay,
-        momentum_buffer=torch.stack(momentum_buffers) if momentum_buffers else None)
+        momentum_buffer=clients[MOMENTUM] if carried else None)
     probed = probe(task, received["x"], info.clients) if algorithm.needs_probe else None
     x_local, buffers = train(task, objective, info.clients, seed=seed, round=info.round, batch_size=local.batch_size)
     result = LocalResult(x_local, objective, probed, buffers)
-    new_clients, uploads = algorithm.client_update(task, received, own, info, result)
-    return state.updated(algorithm.server_update(state.server, info, uploads), info.clients, new_clients), \
-        received, uploads, result
+    new_clients, uploads = algorithm.client_update(task, received, clients, info, result)
+    if carried:
+        new_clients = {**new_clients, MOMENTUM: buffers}
+    return new_clients, uploads, result
+
+
+def play_round(task, algorithm, state: State, info: RoundInfo, *, engine: str = DEFAULT_ENGINE, seed: int = 0,
+               local: LocalWork | None = None):
+    """One round: broadcast, the active clients' work (:func:`client_work`), the server update.
+
+    Returns ``(new state, what was broadcast, what was uploaded, the local result)``.
+    """
+    received = algorithm.broadcast(state)
+    new_clients, uploads, result = client_work(task, algorithm, received, state.active(info.clients), info,
+                                               engine=engine, seed=seed, local=local)
+    server = algorithm.server_update(state.server, info, uploads)
+    return state.updated(server, info.clients, new_clients), received, uploads, result
+
+
+def initial_state(task, algorithm, x0: torch.Tensor, local: LocalWork) -> State:
+    """``algorithm.init`` plus, when the local optimiser carries its momentum across rounds, a zero buffer
+    per client in the client state."""
+    state = algorithm.init(task, x0)
+    if local.momentum and not local.momentum_reset:
+        zeros = tuple(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device).unbind(0))
+        state = State(state.server, {**state.clients, MOMENTUM: zeros})
+    return state
+
+
+class Schedule:
+    """Who works in round r and how much: the sampled clients, their inclusion probabilities and local step
+    counts, from the run's own seeded streams (the same for every algorithm, engine and Flower)."""
+
+    def __init__(self, task, sampling, clients_per_round, local: LocalWork, seed: int, lr: float):
+        self.task, self.local, self.lr = task, local, lr
+        self.sampler = make_sampler(sampling, task.num_clients, clients_per_round, task.weights.numpy())
+        self.sample_rng = np.random.default_rng([seed, 1])
+        self.steps_rng = np.random.default_rng([seed, 2])
+        self.sizes = task.client_sizes.numpy()
+
+    def info(self, r: int) -> RoundInfo:
+        """Round r's RoundInfo (call once per round, in order: the streams advance)."""
+        active, probs = self.sampler.sample(r, self.sample_rng)
+        steps = self.local.steps_for(r, self.sizes, self.steps_rng)
+        dtype = self.task.dtype
+        return RoundInfo(r, torch.as_tensor(active, dtype=torch.long), torch.as_tensor(probs, dtype=dtype),
+                         torch.as_tensor(steps[active]), self.lr, self.task.weights.to(dtype))
+
+
+class Recorder:
+    """The evaluations of a run, as tidy rows (see :func:`run` for the metrics), and its timings."""
+
+    def __init__(self, task, extra_metrics: dict | None = None, per_client_metrics: bool = True):
+        self.task, self.extra, self.per_client = task, extra_metrics or {}, per_client_metrics
+        self.rows: list[tuple] = []
+        self.timing: list[tuple[int, float]] = []
+        self.split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
+
+    def evaluate(self, r: int, x: torch.Tensor, communication: dict, compute_time: float) -> float:
+        """Record round r's metrics of the global model x; returns the training loss."""
+        task = self.task
+        losses, accs = task.per_client(x)
+        w = task.weights.to(losses.dtype).to(losses.device)
+        values = {"train_loss": float(w @ losses)}
+        if task.loss.labelled:
+            values["train_accuracy"] = float(w @ accs)
+        values.update(task.test_metrics(x))
+        if task.client_test is not None:
+            losses, accs = task.per_client(x, split=task.client_test)
+        values.update(fairness(losses, accs, self.split_sizes))
+        for name, fn in self.extra.items():
+            values[name] = float(fn(x))
+        values.update(communication)
+        self.rows.extend((r, GLOBAL, k, v) for k, v in values.items())
+        if self.per_client:
+            self.rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
+            if task.loss.labelled:
+                self.rows.extend((r, i, "client_accuracy", v) for i, v in enumerate(accs.tolist()))
+        self.timing.append((r, compute_time))
+        return values["train_loss"]
+
+    def result(self, x, status, diverged_round, wall_time) -> RunResult:
+        history = pd.DataFrame(self.rows, columns=["round", "client", "metric", "value"])
+        timing = pd.DataFrame(self.timing, columns=["round", "compute_time"])
+        return RunResult(history, x, status, diverged_round, wall_time, timing)
 
 
 def run(
@@ -138,71 +223,27 @@ def run(
         check_device(device)
     task = task if device is None else task.to(device)
     local = local or LocalWork(epochs=1.0)
-    n = task.num_clients
-    sampler = make_sampler(sampling, n, clients_per_round, task.weights.numpy())
-    sample_rng = np.random.default_rng([seed, 1])
-    steps_rng = np.random.default_rng([seed, 2])
-    sizes = task.client_sizes.numpy()
+    schedule = Schedule(task, sampling, clients_per_round, local, seed, lr)
     x0 = task.init_params(seed) if init is None else init.to(task.device, task.dtype).clone()
-    state = algorithm.init(task, x0)
-    momentum_buffers = None  # the local optimiser's buffers, kept on each client across rounds
-    if local.momentum and not local.momentum_reset:
-        momentum_buffers = tuple(torch.zeros(n, len(x0), dtype=x0.dtype, device=x0.device).unbind(0))
-    rows: list[tuple] = []
-    timing: list[tuple[int, float]] = []
+    state = initial_state(task, algorithm, x0, local)
+    recorder = Recorder(task, extra_metrics, per_client_metrics)
     comm = {"uploaded_floats": 0, "downloaded_floats": 0}
-    status, diverged_round, compute_time, initial_loss = "ok", None, 0.0, None
-    split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
+    status, diverged_round, compute_time = "ok", None, 0.0
     start = time.perf_counter()
-
-    def evaluate(r: int) -> float:
-        losses, accs = task.per_client(state.x)
-        w = task.weights.to(losses.dtype).to(losses.device)
-        values = {"train_loss": float(w @ losses)}
-        if task.loss.labelled:
-            values["train_accuracy"] = float(w @ accs)
-        values.update(task.test_metrics(state.x))
-        if task.client_test is not None:
-            losses, accs = task.per_client(state.x, split=task.client_test)
-        values.update(fairness(losses, accs, split_sizes))
-        for name, fn in (extra_metrics or {}).items():
-            values[name] = float(fn(state.x))
-        values.update(comm)
-        rows.extend((r, GLOBAL, k, v) for k, v in values.items())
-        if per_client_metrics:
-            rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
-            if task.loss.labelled:
-                rows.extend((r, i, "client_accuracy", v) for i, v in enumerate(accs.tolist()))
-        timing.append((r, compute_time))
-        return values["train_loss"]
-
-    initial_loss = evaluate(0)
+    initial_loss = recorder.evaluate(0, state.x, comm, compute_time)
     bar = tqdm(range(rounds), desc=algorithm.name, disable=not progress, leave=False)
     for r in bar:
         tic = time.perf_counter()
-        active, probs = sampler.sample(r, sample_rng)
-        steps = local.steps_for(r, sizes, steps_rng)
-        clients = torch.as_tensor(active, dtype=torch.long)
-        info = RoundInfo(r, clients, torch.as_tensor(probs, dtype=task.dtype),
-                         torch.as_tensor(steps[active]), lr, task.weights.to(task.dtype))
-        buffers = None if momentum_buffers is None else [momentum_buffers[i] for i in active]
-        state, received, uploads, result = play_round(task, algorithm, state, info, engine=engine, seed=seed,
-                                                      local=local, momentum_buffers=buffers)
-        if momentum_buffers is not None and len(active):
-            entries = list(momentum_buffers)
-            for k, i in enumerate(active.tolist()):
-                entries[i] = result.momentum_buffer[k]
-            momentum_buffers = tuple(entries)
+        info = schedule.info(r)
+        state, received, uploads, _ = play_round(task, algorithm, state, info, engine=engine, seed=seed, local=local)
         comm["uploaded_floats"] += floats(uploads)
-        comm["downloaded_floats"] += len(active) * floats(received)
+        comm["downloaded_floats"] += len(info.clients) * floats(received)
         compute_time += time.perf_counter() - tic
         loss = 0.0 if bool(torch.isfinite(state.x).all()) else math.nan
         if not math.isnan(loss) and ((r + 1) % eval_every == 0 or r + 1 == rounds):
-            loss = evaluate(r + 1)
+            loss = recorder.evaluate(r + 1, state.x, comm, compute_time)
             bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
         if has_diverged(loss, initial_loss, divergence_factor):
             status, diverged_round = "diverged", r + 1
             break
-    history = pd.DataFrame(rows, columns=["round", "client", "metric", "value"])
-    timing_frame = pd.DataFrame(timing, columns=["round", "compute_time"])
-    return RunResult(history, state.x, status, diverged_round, time.perf_counter() - start, timing_frame)
+    return recorder.result(state.x, status, diverged_round, time.perf_counter() - start)

@@ -1,28 +1,31 @@
-# fedcompanion: `make reproduce` regenerates every figure, `make test` proves code and notebooks.
+# fedcompanion: `make reproduce` regenerates every figure and the report, `make test` proves code and notebooks.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: env test unit notebooks reproduce reproduce-smoke lab bench lint clean
+.PHONY: env test unit notebooks reproduce reproduce-smoke verify verify-figures html lab bench lint clean
 
-# The environment: a venv made from pyproject.toml (conda users: environment.yml), plus a
-# Jupyter kernel named "fedcompanion" registered inside it.
+# The environment: a venv made from pyproject.toml (conda users: environment.yml) with the [flower] extra, plus a
+# Jupyter kernel registered inside it. torch and torchvision first, at the versions tested (this machine's wheels).
 $(STAMP): pyproject.toml
-	@echo ">> creating $(VENV) (first time: a few minutes; torch comes from this machine's wheels)"
+	@echo ">> creating $(VENV) (first time: a few minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
 	$(BIN)/pip install --quiet -e '.[dev,flower]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name fedcompanion --display-name "Python (fedcompanion)" >/dev/null
 	@touch $(STAMP)
 
 env: $(STAMP)
 
-# Unit tests, every notebook executed by papermill with the smoke profile, then nbval re-runs the
-# executed copies and requires the marked summary outputs to come out identical (determinism).
+# Unit tests (Flower included), every notebook under papermill with the smoke profile, the site and the report
+# checks; then nbval re-runs the executed notebooks and requires the marked outputs to come out identical
+# (determinism); then a smoke-sized subset of the committed figure runs is recomputed and compared (verify).
 test: $(STAMP)
 	$(BIN)/pytest -q
 	$(BIN)/pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env build/executed
+	$(BIN)/python -m fedcompanion.verify --subset smoke
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not notebook"
@@ -32,6 +35,16 @@ reproduce: $(STAMP)
 
 reproduce-smoke: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile smoke
+
+# Recompute committed figure runs from scratch and compare with results/ (exact, or within the stated tolerance).
+verify: $(STAMP)
+	$(BIN)/python -m fedcompanion.verify --subset smoke
+
+verify-figures: $(STAMP)
+	$(BIN)/python -m fedcompanion.verify --subset figures
+
+html: $(STAMP)
+	$(BIN)/python -m fedcompanion.site
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks

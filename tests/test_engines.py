@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.engine import probe_batched, probe_loop
 
 FAMILIES = [("fedavg", {}), ("fedadam", {"server_lr": 0.01}),
             ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),
@@ -37,13 +36,6 @@ def test_batched_matches_loop_full_batch_unequal_sizes(lsq_sized):
     loop = fc.run(lsq_sized, fc.make("fedvra", gamma=0.5), engine="loop", **kw)
     batched = fc.run(lsq_sized, fc.make("fedvra", gamma=0.5), engine="batched", **kw)
     assert torch.allclose(loop.params, batched.params, rtol=0, atol=1e-13)
-
-
-def test_batched_probe_matches_loop(mnist64):
-    x0 = mnist64.init_params(0)
-    clients = torch.tensor([0, 4, 9, 29])
-    (l1, g1), (l2, g2) = probe_loop(mnist64, x0, clients), probe_batched(mnist64, x0, clients)
-    assert torch.allclose(l1, l2, atol=1e-13) and torch.allclose(g1, g2, atol=1e-13)
 
 
 def test_batched_float32_agrees_closely_for_one_round(small_mnist):

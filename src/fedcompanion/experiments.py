@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
@@ -131,6 +132,7 @@ class ExperimentConfig:
             keyword arguments of :class:`~fedcompanion.engine.LocalWork`); ignored by the ADMM family.
         eval_every: evaluate every so many rounds (the ADMM family: record every so many iterations).
         per_client_metrics: record each client's loss and accuracy at each evaluation.
+        eval_train: evaluate on the clients' training data (see :func:`fedcompanion.run`).
         metrics: extra metrics by name (see ``METRICS``): ``suboptimality``, ``distance_to_optimum``,
             ``clustering_objective``, ``clustering_accuracy``.
         tol: the ADMM family's stopping tolerance on ||grad f(y)||^2 (``None``: run all iterations).
@@ -151,6 +153,7 @@ class ExperimentConfig:
     sampling: str = "uniform"
     eval_every: int = 1
     per_client_metrics: bool = True
+    eval_train: bool = True
     metrics: list = field(default_factory=list)
     tol: float | None = None
     divergence_factor: float | None = DIVERGENCE_FACTOR
@@ -192,7 +195,7 @@ class ExperimentConfig:
         check_number("seed", self.seed, low=0, integer=True)
         if self.divergence_factor is not None:
             check_number("divergence_factor", self.divergence_factor, low=1.0)
-        for name in ("per_client_metrics", "save_params"):
+        for name in ("per_client_metrics", "save_params", "eval_train"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for metric in self.metrics:
@@ -285,7 +288,7 @@ def run_config(config: ExperimentConfig, progress: bool = False) -> RunResult:
     return run(task, algorithm, config.rounds, config.clients_per_round, config.seed, config.engine, lr=config.lr,
                local=LocalWork(**config.local), sampling=config.sampling, eval_every=config.eval_every,
                per_client_metrics=config.per_client_metrics, extra_metrics=extra,
-               divergence_factor=config.divergence_factor, progress=progress)
+               divergence_factor=config.divergence_factor, eval_train=config.eval_train, progress=progress)
 
 
 # ------------------------------------------------------------------------------------------ the cache
@@ -498,3 +501,31 @@ def summarize(frame: pd.DataFrame, metric: str, **where: Any) -> pd.DataFrame:
         rows = rows[rows[k] == v]
     last = rows.sort_values("round").groupby(["label", "seed"]).tail(1)
     return last.pivot(index="label", columns="seed", values="value")
+
+
+def choose_setting(scores: pd.DataFrame, margin: float, grid: dict[str, list]) -> dict:
+    """The tuned setting of one method, with a documented tie rule and the edges reported.
+
+    ``scores`` has one row per setting: a ``score`` column (larger is better; a diverged run scores -inf) and one
+    column per tuned parameter, whose grid values (in increasing order) are in ``grid``. Rule: among the settings
+    within ``margin`` of the best score, take the one with the smallest values (the first parameter first): the
+    most conservative of those the noise cannot tell apart, so last-bit differences do not flip the choice.
+    Returns the chosen row as a dict, plus ``at_edge`` (the parameters with at least three grid values whose
+    chosen value is the largest or smallest of its grid) and ``next_diverged`` (whether the next larger value of
+    the first parameter, with the others as chosen, diverged: the choice sits at the edge of stability).
+    """
+    best = scores.score.max()
+    names = list(grid)
+    close = scores[scores.score >= best - margin].sort_values(names)
+    chosen = close.iloc[0].to_dict()
+    at_edge = [n for n in names if len(grid[n]) > 2 and chosen[n] in (grid[n][0], grid[n][-1])]
+    first = names[0]
+    larger = [v for v in grid[first] if v > chosen[first]]
+    next_diverged = False
+    if larger:
+        same = scores[(scores[first] == larger[0])]
+        for n in names[1:]:
+            same = same[same[n] == chosen[n]]
+        next_diverged = bool(len(same) and not np.isfinite(same.score).all())
+    return {**chosen, "at_edge": at_edge, "next_diverged": next_diverged}
+

@@ -33,12 +33,49 @@ def plot_label_mix(parts, labels, num_classes: int, ax=None, max_clients: int = 
     return ax
 
 
-def curves(frame: pd.DataFrame, metric: str, x: str = "round", hue: str = "label", ax=None, **kwargs):
-    """Global ``metric`` against ``x``: the mean over seeds as a line, the min-max range shaded."""
-    rows = frame[(frame.metric == metric) & (frame.client == -1)]
-    ax = sns.lineplot(data=rows, x=x, y="value", hue=hue, errorbar=("pi", 100), ax=ax, **kwargs)
+def curves(frame: pd.DataFrame, metric: str, x: str = "round", hue: str = "label", ax=None, hue_order=None,
+           transform=None, legend: bool = True) -> list[dict]:
+    """Global ``metric`` against ``x`` for each ``hue``: the mean over the seeds that did not diverge as a line,
+    their min-max range shaded. A run that diverged is never averaged in: it is drawn on its own, dashed, ending
+    in a cross at its last finite evaluation, and the legend says how many runs of that curve diverged.
+    ``transform`` maps the values (e.g. accuracy -> error). Returns the diverged runs (hue, seed, round)."""
+    rows = frame[(frame.metric == metric) & (frame.client == -1)].copy()
+    if transform is not None:
+        rows["value"] = transform(rows["value"])
+    ax = ax or plt.gca()
+    order = list(hue_order) if hue_order is not None else list(dict.fromkeys(rows[hue]))
+    palette = dict(zip(order, sns.color_palette(n_colors=max(len(order), 1))))
+    ok = rows[rows.status != "diverged"]
+    sns.lineplot(data=ok, x=x, y="value", hue=hue, hue_order=order, palette=palette, errorbar=("pi", 100),
+                 ax=ax, legend=False)
+    diverged = []
+    for (name, seed), run in rows[rows.status == "diverged"].groupby([hue, "seed"]):
+        run = run.sort_values(x)
+        finite = run[np.isfinite(run.value)]
+        ax.plot(finite[x], finite.value, ls="--", lw=1, color=palette.get(name, "k"))
+        if len(finite):
+            ax.plot(finite[x].iloc[-1], finite.value.iloc[-1], marker="x", ms=9, mew=2, color=palette.get(name, "k"))
+        diverged.append({"label": str(name), "seed": int(seed), "round": int(run[x].max())})
+    if legend:
+        handles = []
+        for name in order:
+            n_bad = sum(d["label"] == str(name) for d in diverged)
+            text = str(name) + (f" ({n_bad} run{'s' * (n_bad > 1)} diverged: x)" if n_bad else "")
+            handles.append(plt.Line2D([], [], color=palette[name], label=text))
+        ax.legend(handles=handles, fontsize="small")
     ax.set(ylabel=metric.replace("_", " "), xlabel=x.replace("_", " "))
-    return ax
+    return diverged
+
+
+def mean_spread(values, digits: int = 3) -> str:
+    """'mean +- half range (n seeds)' of per-seed values, e.g. '0.912 +- 0.004 (3 seeds)'."""
+    v = np.asarray(list(values), dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return "n/a"
+    if len(v) == 1:
+        return f"{v[0]:.{digits}f} (1 seed)"
+    return f"{v.mean():.{digits}f} +- {(v.max() - v.min()) / 2:.{digits}f} ({len(v)} seeds)"
 
 
 def save_figure(fig, name: str, folder: str | Path = "figures") -> list[Path]:

@@ -1,9 +1,10 @@
-"""Execute the notebooks with papermill: ``python -m fedcompanion.reproduce [--profile smoke]``.
+"""Execute the notebooks with papermill: ``python -m fedcompanion.reproduce [--profile smoke] [--only text]``.
 
-Each notebook under ``notebooks/`` (``00_tour.ipynb`` first, then the paper folders in order) is
-executed into the git-ignored ``build/`` folder; its runs land in ``results/`` (cached, so an
-interrupted reproduction resumes) and its figures in ``figures/``. At the end it lists the
-figures written and the time taken.
+Each notebook under ``notebooks/`` (``00_tour.ipynb`` first, then the paper folders in order) is executed into
+the git-ignored ``build/`` folder; its runs land in ``results/`` (cached, so an interrupted reproduction resumes:
+every run's files are written atomically) and its figures in ``figures/``. The wall time of each notebook is
+recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims
+table) from those summaries. The smoke profile writes everything under ``build/`` instead.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def execute(notebook: Path, output: Path, parameters: dict, progress: bool = Tru
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .report import write_report, write_timings
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")
     parser.add_argument("--only", default="", help="run only notebooks whose path contains this")
@@ -42,23 +45,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --only {args.only!r} matches no notebook under notebooks/", file=sys.stderr)
         return 2
     out_dir = ROOT / "build" / ("reproduce" if args.profile == "paper" else "reproduce-smoke")
-    figures = ROOT / "figures"
+    results, figures = ROOT / "results", ROOT / "figures"
     params = {"profile": args.profile, "refresh": args.refresh}
-    if args.profile == "smoke":  # a smoke run must not overwrite the paper-scale figures
+    if args.profile == "smoke":  # a smoke run must not overwrite the paper-scale results and figures
         params.update(results_dir="build/smoke-results", figures_dir="build/smoke-figures")
-        figures = ROOT / "build" / "smoke-figures"
+        results, figures = ROOT / "build" / "smoke-results", ROOT / "build" / "smoke-figures"
     start = time.time()
     for k, nb in enumerate(todo, 1):
         rel = nb.relative_to(ROOT / "notebooks")
         print(f"[{k}/{len(todo)}] {rel}  (profile={args.profile})", flush=True)
         tic = time.time()
         execute(nb, out_dir / rel, params)
-        print(f"      done in {time.time() - tic:.0f} s", flush=True)
+        seconds = time.time() - tic
+        write_timings(results, {str(rel.with_suffix("")): seconds})
+        print(f"      done in {seconds:.0f} s", flush=True)
     written = sorted(p for p in figures.glob("*") if p.stat().st_mtime >= start)
     print(f"\nwrote {len(written)} figure files to {figures}:")
     for p in written:
         print(f"  {p.relative_to(ROOT)}")
-    print(f"total {time.time() - start:.0f} s; executed notebooks in {out_dir.relative_to(ROOT)}")
+    if args.profile == "paper":
+        report = write_report(results, ROOT / "REPRODUCTION.md", ROOT / "README.md")
+    else:
+        report = write_report(results, ROOT / "build" / "REPRODUCTION-smoke.md", readme=None)
+    print(f"total {time.time() - start:.0f} s; executed notebooks in {out_dir.relative_to(ROOT)}; report {report}")
     return 0
 
 

@@ -192,9 +192,13 @@ class Task:
         """grad f_i(x) on client i's full data."""
         return self.client_value_and_grad(i, x)[1]
 
-    def client_value_and_grad(self, i: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(f_i(x), grad f_i(x)) on client i's full data."""
-        grad, value = torch.func.grad_and_value(self.loss_fn)(x, *self.client_data(i), float(self.client_l2[i]))
+    def client_value_and_grad(self, i: int, x: torch.Tensor, rows: torch.Tensor | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(f_i(x), grad f_i(x)) on client i's full data (or on its ``rows``)."""
+        inputs, targets = self.client_data(i)
+        if rows is not None:
+            inputs, targets = inputs[rows.to(inputs.device)], targets[rows.to(targets.device)]
+        grad, value = torch.func.grad_and_value(self.loss_fn)(x, inputs, targets, float(self.client_l2[i]))
         return value, grad
 
     def global_loss(self, x: torch.Tensor) -> float:

@@ -28,10 +28,10 @@ on :math:`\sum_k p_k \nabla F_k(x^t)`, which the tests check over many rounds.
    :math:`\alpha = 1` when all :math:`F_k(x^0)` are equal): ``weighting='code'``; it scales the step by C only
    from its 7th server step (``steps > 5`` is tested before the count is incremented): ``warmup_steps=6``;
    it estimates :math:`F_k(x^t)` and :math:`\nabla F_k(x^t)` on one shuffled batch of up to 512 samples in train
-   mode (here: on the client's whole training data); its local optimiser is SGD with momentum 0.9 and
-   weight decay 5e-4 whose buffer is never reset (``LocalWork(momentum=0.9, weight_decay=5e-4,
-   momentum_reset=False)``), while C uses the nominal learning rate. Here :math:`p_k` is the task's client
-   weight :math:`w_k` (:math:`n_k / n` by default).
+   mode (``probe_samples=512``; by default here: on the client's whole training data); its local optimiser
+   is SGD with momentum 0.9 and weight decay 5e-4 whose buffer is never reset (``LocalWork(momentum=0.9,
+   weight_decay=5e-4, momentum_reset=False)``), while C uses the nominal learning rate. Here :math:`p_k` is
+   the task's client weight :math:`w_k` (:math:`n_k / n` by default).
 """
 from __future__ import annotations
 
@@ -64,20 +64,23 @@ class AdaFedAdamState(ServerState):
 @register
 class AdaFedAdam(Algorithm):
     """AdaFedAdam. Hyperparameters: ``alpha`` >= 0 (fairness), ``server_lr`` eta, ``betas``, ``eps``,
-    ``warmup_steps`` (server steps before the step is scaled by C) and ``weighting`` (``'paper'`` or
-    ``'code'``). Client state: F_k(x^0)."""
+    ``warmup_steps`` (server steps before the step is scaled by C), ``weighting`` (``'paper'`` or ``'code'``) and
+    ``probe_samples`` (``None``: F_k(x^t) and grad F_k(x^t) on the client's full data; the code: 512). Client
+    state: F_k(x^0)."""
 
     name = "adafedadam"
     needs_probe = True
 
     def __init__(self, alpha: float = 1.0, server_lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, warmup_steps: int = 0, weighting: str = "paper"):
+                 eps: float = 1e-8, warmup_steps: int = 0, weighting: str = "paper", probe_samples: int | None = None):
         self.alpha = check_number("alpha", alpha, low=0.0)
         self.server_lr = check_number("server_lr", server_lr, low=0.0, low_open=True)
         self.betas = tuple(_check_betas(betas))
         self.eps = check_number("eps", eps, low=0.0, low_open=True)
         self.warmup_steps = check_number("warmup_steps", warmup_steps, low=0, integer=True)
         self.weighting = check_choice("weighting", weighting, WEIGHTINGS)
+        self.probe_samples = None if probe_samples is None else check_number("probe_samples", probe_samples, low=1,
+                                                                            integer=True)
 
     # ------------------------------------------------------------------ the server step, on its own
     def server_init(self, x0: torch.Tensor) -> AdaFedAdamState:

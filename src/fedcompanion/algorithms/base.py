@@ -34,10 +34,12 @@ class Algorithm:
     Attributes:
         name: registry name.
         needs_probe: whether ``client_update`` needs the probe (f_i(x_0), grad f_i(x_0)) of each active client.
+        probe_samples: ``None``: the probe uses the client's full data; a number: a random subset of that many rows.
     """
 
     name = "base"
     needs_probe = False
+    probe_samples = None
 
     # ------------------------------------------------------------------ state
     def init(self, task, x0: torch.Tensor) -> State:

@@ -1,6 +1,6 @@
 """Sampling, local work, the engines that minimise the unified local objective, and ``run()``."""
 from ..protocol import GLOBAL, LocalObjective, RunResult
-from .batched import probe_batched, train_batched
+from .batched import train_batched
 from .loop import probe_loop, train_loop
 from .run import ENGINES, Recorder, Schedule, client_work, initial_state, play_round, register_engine, run
 from .sampling import make_sampler
@@ -19,7 +19,6 @@ __all__ = [
     "batch_indices",
     "make_sampler",
     "play_round",
-    "probe_batched",
     "probe_loop",
     "register_engine",
     "run",

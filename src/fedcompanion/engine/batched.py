@@ -38,11 +38,10 @@ from ..protocol import LocalObjective
 from .schedule import batch_indices, batch_size_for
 
 
-def _layer_grads(task, params: dict, inputs, targets, weights, l2, with_loss: bool = False):
-    """Per-layer gradients of each client's f_k = sum_j weights[k, j] loss_j + l2_k/2 ||x_k||^2 (and f_k).
+def _layer_grads(task, params: dict, inputs, targets, weights, l2):
+    """Per-layer gradients of each client's f_k = sum_j weights[k, j] loss_j + l2_k/2 ||x_k||^2.
 
-    ``params`` maps each layer name to a [K, ...] tensor; returns a dict of [K, ...] gradients, and
-    with ``with_loss`` also the [K] values (the probe needs them; the local steps do not).
+    ``params`` maps each layer name to a [K, ...] tensor; returns a dict of [K, ...] gradients.
     """
     leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
     out = vmap(lambda p, inp: functional_call(task.model, p, (inp,)))(leaves, inputs)
@@ -50,15 +49,10 @@ def _layer_grads(task, params: dict, inputs, targets, weights, l2, with_loss: bo
     per_sample = task.loss.per_sample(out.reshape(k * b, *out.shape[2:]), targets.reshape(k * b, *targets.shape[2:]))
     losses = (per_sample.reshape(k, b) * weights).sum(1)
     grads = dict(zip(leaves, torch.autograd.grad(losses.sum(), list(leaves.values()))))
-    regularised = bool((l2 != 0).any())
-    if regularised:
+    if bool((l2 != 0).any()):
         for n, p in params.items():
             grads[n].add_(p * _per_client(l2, p))
-    if not with_loss:
-        return grads
-    if regularised:
-        losses = losses + 0.5 * l2 * sum((p * p).flatten(1).sum(1) for p in params.values())
-    return grads, losses.detach()
+    return grads
 
 
 def _batches(task, clients, steps, seed: int, round: int, batch_size: int | None):
@@ -298,16 +292,3 @@ def _fused_step(target: torch.Tensor, grad, beta: float, alpha: float) -> None:
     if beta != 1:
         target.mul_(beta)
     target.add_(grad, alpha=alpha)
-
-
-def probe_batched(task, x0: torch.Tensor, clients) -> tuple[torch.Tensor, torch.Tensor]:
-    """(f_i(x0), grad f_i(x0)) on each listed client's full data, all clients at once."""
-    k = len(clients)
-    if k == 0:
-        return x0.new_zeros(0), x0.new_zeros(0, len(x0))
-    rows, weights = _batches(task, clients, torch.ones(k, dtype=torch.long), 0, 0, None)
-    rows = rows[:, 0] + task.offsets[clients].to(task.device)[:, None]
-    params = {n: p.expand(k, *p.shape) for n, p in task.unflatten(x0).items()}
-    l2 = task.client_l2[clients].to(task.device, task.dtype)
-    grads, losses = _layer_grads(task, params, task.x_all[rows], task.y_all[rows], weights[:, 0], l2, with_loss=True)
-    return losses, torch.cat([g.flatten(1) for g in grads.values()], dim=1)

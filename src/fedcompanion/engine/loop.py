@@ -88,11 +88,16 @@ def _layers(flat: torch.Tensor, like: list[torch.Tensor], copy: bool = False) ->
     return views
 
 
-def probe_loop(task, x0: torch.Tensor, clients) -> tuple[torch.Tensor, torch.Tensor]:
-    """(f_i(x0), grad f_i(x0)) on each listed client's full data: shapes [K] and [K, P]."""
+def probe_loop(task, x0: torch.Tensor, clients, samples: int | None = None, seed: int = 0,
+               round: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(f_i(x0), grad f_i(x0)) of each listed client, [K] and [K, P]: on its full data, or (``samples``) on a
+    random subset of that many rows drawn from the seeded mini-batch stream of (seed, round, client)."""
     losses, grads = [], []
     for i in clients.tolist():
-        value, grad = task.client_value_and_grad(i, x0)
+        rows = None
+        if samples is not None and samples < int(task.client_sizes[i]):
+            rows = batch_indices(seed, round, i, int(task.client_sizes[i]), 1, samples)[0]
+        value, grad = task.client_value_and_grad(i, x0, rows)
         losses.append(value)
         grads.append(grad)
     if not losses:

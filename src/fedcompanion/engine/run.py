@@ -13,18 +13,20 @@ from tqdm.auto import tqdm
 from ..metrics import fairness
 from ..protocol import DIVERGENCE_FACTOR, GLOBAL, LocalResult, RoundInfo, RunResult, State, floats, has_diverged
 from ..validation import ConfigError, check_choice, check_device, check_number
-from .batched import probe_batched, train_batched
+from .batched import train_batched
 from .loop import probe_loop, train_loop
 from .sampling import make_sampler
 from .schedule import LocalWork
 
-ENGINES = {"batched": (train_batched, probe_batched), "loop": (train_loop, probe_loop)}
+# the probe (each active client's full-data loss and gradient at the global model) is one autograd pass per client:
+# measured faster than a padded vmap over the clients for both few large and many small clients
+ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop)}
 DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
 
 
 def register_engine(name: str, train, probe) -> None:
     """Add an engine: ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)``
-    and ``probe(task, x0, clients) -> (losses [K], grads [K, P])``."""
+    and ``probe(task, x0, clients, samples, seed, round) -> (losses [K], grads [K, P])``."""
     ENGINES[name] = (train, probe)
 
 
@@ -74,7 +76,9 @@ def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: 
     objective = algorithm.local_objective(task, received, clients, info).replace(
         momentum=local.momentum, weight_decay=local.weight_decay,
         momentum_buffer=clients[MOMENTUM] if carried else None)
-    probed = probe(task, received["x"], info.clients) if algorithm.needs_probe else None
+    probed = None
+    if algorithm.needs_probe:
+        probed = probe(task, received["x"], info.clients, getattr(algorithm, "probe_samples", None), seed, info.round)
     x_local, buffers = train(task, objective, info.clients, seed=seed, round=info.round, batch_size=local.batch_size)
     result = LocalResult(x_local, objective, probed, buffers)
     new_clients, uploads = algorithm.client_update(task, received, clients, info, result)
@@ -129,34 +133,41 @@ class Schedule:
 class Recorder:
     """The evaluations of a run, as tidy rows (see :func:`run` for the metrics), and its timings."""
 
-    def __init__(self, task, extra_metrics: dict | None = None, per_client_metrics: bool = True):
-        self.task, self.extra, self.per_client = task, extra_metrics or {}, per_client_metrics
+    def __init__(self, task, extra_metrics: dict | None = None, per_client_metrics: bool = True,
+                 eval_train: bool = True):
+        self.task, self.extra, self.per_client, self.eval_train = task, extra_metrics or {}, per_client_metrics, \
+            eval_train
         self.rows: list[tuple] = []
         self.timing: list[tuple[int, float]] = []
         self.split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
 
     def evaluate(self, r: int, x: torch.Tensor, communication: dict, compute_time: float) -> float:
-        """Record round r's metrics of the global model x; returns the training loss."""
+        """Record round r's metrics of the global model x; returns the training loss (the test loss when the
+        training data are not evaluated)."""
         task = self.task
-        losses, accs = task.per_client(x)
-        w = task.weights.to(losses.dtype).to(losses.device)
-        values = {"train_loss": float(w @ losses)}
-        if task.loss.labelled:
-            values["train_accuracy"] = float(w @ accs)
+        values = {}
+        losses = accs = None
+        if self.eval_train:
+            losses, accs = task.per_client(x)
+            w = task.weights.to(losses.dtype).to(losses.device)
+            values["train_loss"] = float(w @ losses)
+            if task.loss.labelled:
+                values["train_accuracy"] = float(w @ accs)
         values.update(task.test_metrics(x))
         if task.client_test is not None:
             losses, accs = task.per_client(x, split=task.client_test)
-        values.update(fairness(losses, accs, self.split_sizes))
+        if losses is not None:
+            values.update(fairness(losses, accs, self.split_sizes))
         for name, fn in self.extra.items():
             values[name] = float(fn(x))
         values.update(communication)
         self.rows.extend((r, GLOBAL, k, v) for k, v in values.items())
-        if self.per_client:
+        if self.per_client and losses is not None:
             self.rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
             if task.loss.labelled:
                 self.rows.extend((r, i, "client_accuracy", v) for i, v in enumerate(accs.tolist()))
         self.timing.append((r, compute_time))
-        return values["train_loss"]
+        return values["train_loss" if self.eval_train else "test_loss"]
 
     def result(self, x, status, diverged_round, wall_time) -> RunResult:
         history = pd.DataFrame(self.rows, columns=["round", "client", "metric", "value"])
@@ -180,6 +191,7 @@ def run(
     extra_metrics: dict[str, Callable[[torch.Tensor], float]] | None = None,
     init: torch.Tensor | None = None,
     divergence_factor: float | None = DIVERGENCE_FACTOR,
+    eval_train: bool = True,
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> RunResult:
@@ -201,6 +213,9 @@ def run(
         init: initial global model (default: the task's initialisation under ``seed``).
         divergence_factor: stop and report ``diverged`` once the training loss exceeds this multiple of its
             initial value (``None``: only on NaN/inf).
+        eval_train: evaluate on every client's training data (``train_loss``, ``train_accuracy``, and the fairness
+            metrics where the task has no held-out splits). ``False`` saves that pass (the one that dominates an
+            evaluation) for runs that need only the test metrics; divergence is then judged on the test loss.
         device: run on this device (``"cpu"``, ``"cuda"``); default: where the task is.
         progress: show a progress bar.
 
@@ -226,7 +241,11 @@ def run(
     schedule = Schedule(task, sampling, clients_per_round, local, seed, lr)
     x0 = task.init_params(seed) if init is None else init.to(task.device, task.dtype).clone()
     state = initial_state(task, algorithm, x0, local)
-    recorder = Recorder(task, extra_metrics, per_client_metrics)
+    if not isinstance(eval_train, bool):
+        raise ConfigError(f"eval_train must be True or False, got {eval_train!r}")
+    if not eval_train and task.test is None:
+        raise ConfigError("eval_train=False needs a task with a test set (divergence is judged on the test loss)")
+    recorder = Recorder(task, extra_metrics, per_client_metrics, eval_train)
     comm = {"uploaded_floats": 0, "downloaded_floats": 0}
     status, diverged_round, compute_time = "ok", None, 0.0
     start = time.perf_counter()

@@ -1,0 +1,183 @@
+"""The ``fedcompanion`` command line: run experiments from a YAML file, list what exists, rebuild the report.
+
+    fedcompanion run config.yaml [--results results] [--jobs 2] [--refresh]
+    fedcompanion list
+    fedcompanion report [--results results]
+
+A config file holds one experiment (the fields of :class:`~fedcompanion.experiments.ExperimentConfig`), or a sweep::
+
+    base:                      # fields shared by every run
+      task: dataset
+      task_args: {dataset: mnist, num_clients: 50, partition_scheme: dirichlet, alpha: 0.1}
+      rounds: 50
+    grid:                      # every combination of these values (dotted keys reach into dicts)
+      algorithm: [fedavg, fedvra]
+      lr: [0.05, 0.1]
+      seed: [0, 1]
+
+or ``experiments:`` with a list of experiments. Unknown keys are errors that name the key and list the allowed ones.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import inspect
+import itertools
+import sys
+from pathlib import Path
+
+from .validation import ConfigError
+
+TOP_KEYS = ("base", "grid", "experiments")
+
+
+def _fields() -> list[str]:
+    from .experiments import ExperimentConfig
+
+    return [f.name for f in dataclasses.fields(ExperimentConfig)]
+
+
+def _check_keys(entry: dict, where: str) -> None:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be a mapping of experiment fields, got {type(entry).__name__}")
+    unknown = sorted(set(entry) - set(_fields()))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} in {where}; allowed keys: {_fields()}")
+
+
+def _set(entry: dict, dotted: str, value) -> None:
+    *path, last = dotted.split(".")
+    target = entry
+    for key in path:
+        target = target.setdefault(key, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"grid key {dotted!r}: {key!r} is not a mapping")
+    target[last] = value
+
+
+def configs_from(data, source: str = "the config file") -> list:
+    """The experiment configs a parsed YAML document describes (validated)."""
+    from .experiments import ExperimentConfig
+
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{source} must be a mapping: one experiment, or 'base' and 'grid', or 'experiments'")
+    entries: list[dict]
+    if any(k in data for k in TOP_KEYS):
+        unknown = sorted(set(data) - set(TOP_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown key {unknown[0]!r} at the top of {source}; allowed keys: {list(TOP_KEYS)} "
+                              "(or the fields of one experiment)")
+        if "experiments" in data:
+            if not isinstance(data["experiments"], list):
+                raise ConfigError(f"'experiments' in {source} must be a list")
+            entries = [dict(e) if isinstance(e, dict) else e for e in data["experiments"]]
+        else:
+            base = data.get("base", {})
+            _check_keys(base, f"'base' of {source}")
+            grid = data.get("grid", {})
+            if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+                raise ConfigError(f"'grid' of {source} must map keys to non-empty lists of values")
+            for key in grid:
+                if key.split(".")[0] not in _fields():
+                    raise ConfigError(f"unknown grid key {key!r} in {source}; allowed keys: {_fields()} (dotted keys "
+                                      "such as task_args.alpha reach into dicts)")
+            entries = []
+            for combo in itertools.product(*grid.values()):
+                entry = copy.deepcopy(base)
+                for key, value in zip(grid, combo):
+                    _set(entry, key, value)
+                if "label" not in entry:
+                    entry["label"] = ", ".join(f"{k}={v}" for k, v in zip(grid, combo))
+                entries.append(entry)
+    else:
+        entries = [data]
+    configs = []
+    for k, entry in enumerate(entries):
+        _check_keys(entry, f"experiment {k} of {source}")
+        configs.append(ExperimentConfig(**entry).validate())
+    return configs
+
+
+def cmd_run(args) -> int:
+    import yaml
+
+    from .experiments import sweep
+
+    path = Path(args.config)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    configs = configs_from(data, str(path))
+    frame = sweep(configs, args.results, jobs=args.jobs, refresh=args.refresh, progress=True)
+    runs = frame.attrs["runs"]
+    glob = frame[frame.client == -1]
+    last = glob.sort_values("round").groupby(["hash", "metric"]).tail(1)
+    table = last.pivot_table(index="hash", columns="metric", values="value")
+    keep = [c for c in ("train_loss", "test_loss", "test_accuracy", "client_accuracy_std", "objective_y") if c in table]
+    summary = runs.set_index("hash")[["label", "seed", "status"]].join(table[keep])
+    print(f"\n{len(configs)} run(s); results in {args.results}")
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0 if not (runs.status == "failed").any() else 1
+
+
+def _signature(fn, skip=()) -> str:
+    parts = []
+    for name, p in inspect.signature(fn).parameters.items():
+        if name in skip or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        parts.append(name if p.default is inspect.Parameter.empty else f"{name}={p.default!r}")
+    return ", ".join(parts)
+
+
+def cmd_list(args) -> int:
+    from .algorithms import REGISTRY, Algorithm
+    from .data.partition import PARTITIONS
+    from .experiments import METRICS, TASKS
+
+    print("algorithms (fc.make(name, ...)):")
+    for name, cls in sorted(REGISTRY.items()):
+        kind = "" if issubclass(cls, Algorithm) else "  [full-batch solver: .solve(task, iterations)]"
+        print(f"  {name:12s} {_signature(cls)}{kind}")
+    print("\ntasks (ExperimentConfig(task=name, task_args={...})):")
+    for name, builder in TASKS.items():
+        print(f"  {name:14s} {_signature(builder, skip=('seed', 'dtype', 'device'))}")
+    print("\npartitioners (task_args partition_scheme, with their keywords):")
+    for name, keys in PARTITIONS.items():
+        print(f"  {name:10s} {', '.join(keys) or '-'}")
+    print(f"\nextra metrics (ExperimentConfig(metrics=[...])): {', '.join(METRICS)}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import ROOT, write_report
+
+    path = write_report(Path(args.results), ROOT / "REPRODUCTION.md", ROOT / "README.md")
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fedcompanion", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one experiment or a sweep from a YAML file")
+    run.add_argument("config")
+    run.add_argument("--results", default="results", help="results cache folder (default: results)")
+    run.add_argument("--jobs", type=int, default=None, help="parallel processes (default: CPU count)")
+    run.add_argument("--refresh", action="store_true", help="ignore cached results")
+    sub.add_parser("list", help="algorithms, tasks and partitioners with their hyperparameters and defaults")
+    report = sub.add_parser("report", help="rebuild REPRODUCTION.md (and README's claims table) from the results")
+    report.add_argument("--results", default="results")
+    args = parser.parse_args(argv)
+    try:
+        return {"run": cmd_run, "list": cmd_list, "report": cmd_report}[args.command](args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The artifact: the report is generated (and matches the committed copy), every tuned grid's choice is inside its
+grid, the citation file is valid, the command line works, and the site builds without warnings."""
+import json
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from fedcompanion import cli
+from fedcompanion.report import README_END, README_START, claims_table, load_summaries, render
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+
+
+def test_reproduction_report_matches_the_committed_results():
+    assert load_summaries(RESULTS), "results/summaries/ holds the summaries of the last full run"
+    assert render(RESULTS) == (ROOT / "REPRODUCTION.md").read_text(), "run `fedcompanion report` and commit"
+
+
+def test_readme_claims_table_is_generated_from_the_same_files():
+    text = (ROOT / "README.md").read_text()
+    table = text.split(README_START)[1].split(README_END)[0].strip()
+    assert table == claims_table(load_summaries(RESULTS))
+
+
+def test_every_summary_is_from_the_paper_profile_and_every_notebook_has_one():
+    summaries = {s.notebook: s for s in load_summaries(RESULTS)}
+    notebooks = {str(p.relative_to(ROOT / "notebooks").with_suffix("")) for p in (ROOT / "notebooks").rglob("*.ipynb")}
+    assert notebooks <= set(summaries), f"missing summaries: {sorted(notebooks - set(summaries))}"
+    assert {s.profile for s in summaries.values()} == {"paper"}
+
+
+@pytest.mark.parametrize("notebook", ["fedvra/04_against_baselines", "adafedadam/03_adafedadam"])
+def test_tuned_values_lie_inside_their_grids(notebook):
+    summary = {s.notebook: s for s in load_summaries(RESULTS)}[notebook]
+    tuned = summary.checks["tuned"]
+    assert tuned and all(not choice["at_edge"] for choice in tuned.values()), tuned
+
+
+def test_citation_file_is_valid_cff():
+    import jsonschema
+    import yaml
+
+    schema = json.loads((ROOT / "tests" / "data" / "cff-1.2.0.schema.json").read_text())  # CFF 1.2.0's own schema
+    data = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    if isinstance(data.get("date-released"), date):
+        data["date-released"] = data["date-released"].isoformat()
+    jsonschema.validate(data, schema)
+    assert {r["title"].split(":")[0] for r in data["references"]} >= {
+        "Beyond ADMM", "Communication-Efficient ADMM-based Federated Learning", "Accelerating Fair Federated Learning"}
+    assert json.loads((ROOT / ".zenodo.json").read_text())["version"] == data["version"]
+
+
+def test_cli_lists_and_runs_a_yaml_sweep(tmp_path, capsys):
+    assert cli.main(["list"]) == 0
+    listing = capsys.readouterr().out
+    assert "adafedadam" in listing and "server_lr=0.001" in listing and "dirichlet  alpha, min_size" in listing
+    config = tmp_path / "sweep.yaml"
+    config.write_text("base:\n  task: least_squares\n  task_args: {num_clients: 4, dim: 3}\n  rounds: 3\n"
+                      "  clients_per_round: 2\n  local: {steps: 2, batch_size: null}\n"
+                      "grid:\n  algorithm: [fedavg, fedvra]\n  seed: [0, 1]\n")
+    assert cli.main(["run", str(config), "--results", str(tmp_path / "out"), "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "4 run(s)" in out and "algorithm=fedvra, seed=1" in out
+
+
+@pytest.mark.parametrize("text,message", [
+    ("task: dataset\nlerning_rate: 0.1\n", "unknown key 'lerning_rate' in experiment 0"),
+    ("base: {task: dataset}\ngrid: {lr: 0.1}\n", "'grid' of .* must map keys to non-empty lists"),
+    ("base: {task: dataset}\ngrid: {lrr: [0.1]}\n", "unknown grid key 'lrr'"),
+    ("basis: {}\ngrid: {}\n", "unknown key 'basis'"),
+    ("task: [unclosed\n", "not valid YAML"),
+])
+def test_cli_names_bad_config_keys(tmp_path, capsys, text, message):
+    import re
+
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    assert cli.main(["run", str(config), "--results", str(tmp_path)]) == 2
+    assert re.search(message, capsys.readouterr().err)

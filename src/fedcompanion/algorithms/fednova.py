@@ -51,7 +51,7 @@ class FedNova(Algorithm):
         return LocalObjective.sgd(received["x"], info.steps, info.lr)
 
     def client_update(self, task, received, clients, info, result):
-        a = normaliser(result.objective.steps, result.objective.momentum).to(result.x.dtype)
+        a = normaliser(result.objective.steps, result.objective.momentum).to(result.x)
         return {}, {"delta": delta(received, result), "a": a}
 
     def server_update(self, server, info, uploads):

@@ -54,13 +54,13 @@ Stepsize = float | str | Callable[[RoundInfo], torch.Tensor]
 
 def _stepsize(name: str, value: Stepsize, info: RoundInfo, dtype) -> torch.Tensor:
     """A per-active-client stepsize [K]: a constant, ``'inverse_probability'`` (1/p_i^r) or a callable."""
-    k = len(info.clients)
+    k, device = len(info.clients), info.probs.device
     if callable(value):
-        out = torch.as_tensor(value(info), dtype=dtype).expand(k)
+        out = torch.as_tensor(value(info), dtype=dtype, device=device).expand(k)
     elif value == "inverse_probability":
         out = 1.0 / info.active_probs.to(dtype)
     else:
-        out = torch.full((k,), float(value), dtype=dtype)
+        out = torch.full((k,), float(value), dtype=dtype, device=device)
     if not torch.isfinite(out).all() or (out < 0).any():
         raise ConfigError(f"{name} must be finite and >= 0 for every client; round {info.round} gave {out.tolist()}")
     return out

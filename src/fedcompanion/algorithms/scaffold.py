@@ -65,7 +65,7 @@ class Scaffold(Algorithm):
         if self.option == "I":
             c_new = result.probe[1]
         else:
-            scale = (info.steps.to(result.x.dtype) * info.lr)[:, None]
+            scale = (info.steps.to(result.x) * info.lr)[:, None]
             c_new = clients["c"] - received["c"] - delta(received, result) / scale
         return {"c": c_new}, {"delta_y": delta(received, result), "delta_c": c_new - clients["c"]}
 

@@ -126,8 +126,10 @@ class Schedule:
         active, probs = self.sampler.sample(r, self.sample_rng)
         steps = self.local.steps_for(r, self.sizes, self.steps_rng)
         dtype = self.task.dtype
-        return RoundInfo(r, torch.as_tensor(active, dtype=torch.long), torch.as_tensor(probs, dtype=dtype),
-                         torch.as_tensor(steps[active]), self.lr, self.task.weights.to(dtype))
+        device = self.task.device  # what the server's arithmetic touches lives with the task's data
+        return RoundInfo(r, torch.as_tensor(active, dtype=torch.long),
+                         torch.as_tensor(probs, dtype=dtype, device=device), torch.as_tensor(steps[active]), self.lr,
+                         self.task.weights.to(device, dtype))
 
 
 class Recorder:

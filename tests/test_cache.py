@@ -86,8 +86,11 @@ def test_a_code_change_is_a_cache_miss(tmp_path, monkeypatch):
 def test_a_failing_config_is_reported_and_the_others_run(tmp_path):
     good = _cfg(label="good")
     bad = _cfg(label="bad", task_args=dict(num_clients=4, dim=3), clients_per_round=9)  # fails inside the run
+    with pytest.raises(RuntimeError, match="1 of 2 runs failed \\(bad\\)"):
+        sweep([bad, good], tmp_path, jobs=1, progress=False)
+    assert is_cached(good, tmp_path), "the good run ran and was stored before the error"
     with pytest.warns(UserWarning, match="1 of 2 runs failed \\(bad\\)"):
-        frame = sweep([bad, good], tmp_path, jobs=1, progress=False)
+        frame = sweep([bad, good], tmp_path, jobs=1, progress=False, on_failure="warn")
     runs = frame.attrs["runs"].set_index("label")
     assert runs.loc["bad", "status"] == "failed" and "clients_per_round" in runs.loc["bad", "error"]
     assert runs.loc["good", "status"] == "ok" and set(frame.label) == {"good"}

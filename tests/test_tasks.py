@@ -4,13 +4,17 @@ import torch
 import fedcompanion as fc
 
 
-def test_per_client_pass_matches_client_losses(small_mnist):
-    x = small_mnist.init_params(3)
-    losses, accs = small_mnist.per_client(x, chunk=1000)
-    for i in (0, 7, 19):
-        assert torch.isclose(losses[i], small_mnist.client_loss(i, x), rtol=1e-5)
-    assert ((accs >= 0) & (accs <= 1)).all()
-    assert abs(small_mnist.global_loss(x) - float(small_mnist.weights.float() @ losses)) < 1e-5
+def test_per_client_pass_matches_client_losses_and_accuracies():
+    """The chunked one-pass evaluation against each client's loss and accuracy computed on its own (float64)."""
+    task = fc.tasks.federated_dataset_task("mnist", 12, "dirichlet", "mlp", seed=0, alpha=0.5, hidden=(16,),
+                                           dtype=torch.float64)
+    x = task.init_params(3)
+    losses, accs = task.per_client(x, chunk=1000)  # chunks that straddle client boundaries
+    for i in range(task.num_clients):
+        inputs, targets = task.client_data(i)
+        assert abs(float(losses[i] - task.client_loss(i, x))) < 1e-12
+        assert float(accs[i]) == float((task.forward(x, inputs).argmax(1) == targets).double().mean())
+    assert abs(task.global_loss(x) - float(task.weights @ losses)) < 1e-12
 
 
 def test_least_squares_optimum_is_stationary(lsq_sized):

@@ -112,7 +112,7 @@ def cmd_run(args) -> int:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     configs = configs_from(data, str(path))
-    frame = sweep(configs, args.results, jobs=args.jobs, refresh=args.refresh, progress=True)
+    frame = sweep(configs, args.results, jobs=args.jobs, refresh=args.refresh, progress=True, on_failure="warn")
     runs = frame.attrs["runs"]
     glob = frame[frame.client == -1]
     last = glob.sort_values("round").groupby(["hash", "metric"]).tail(1)

@@ -425,13 +425,16 @@ def sweep(
     jobs: int | None = None,
     refresh: bool = False,
     progress: bool = True,
+    on_failure: str = "raise",
 ) -> pd.DataFrame:
     """Run every config not yet in ``results_dir`` (all of them if ``refresh``) and return one tidy frame.
 
     Every config is validated before any runs. Columns: the config columns (``label, task, algorithm, seed,
     lr, clients_per_round, rounds`` and each hyperparameter under its own name), ``hash, status, round,
     client, metric, value``. A run that diverges is stored with status ``diverged``; one that raises is
-    reported as ``failed`` (a warning names it) and not stored, and the sweep goes on either way. ``jobs``
+    reported as ``failed`` and not stored, and the sweep goes on either way; once every config has run, failures
+    raise a ``RuntimeError`` naming them (``on_failure='raise'``, the default: a figure must not silently lose runs)
+    or only warn (``'warn'``: the frame then lacks the failed runs). ``jobs``
     processes (default: the CPU count) share the machine, each run with ``RUN_THREADS`` threads.
     ``frame.attrs['runs']`` holds one row per config: its columns, status, diverged round and error.
     """
@@ -439,6 +442,7 @@ def sweep(
         raise ConfigError("configs must be a list of ExperimentConfig")
     if jobs is not None:
         check_number("jobs", jobs, low=1, integer=True)
+    check_choice("on_failure", on_failure, ("raise", "warn"))
     configs = [c.validate() for c in configs]
     folder = Path(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -474,7 +478,10 @@ def sweep(
     if errors:
         names = ", ".join(r["label"] for r in runs if r["status"] == "failed")
         first = next(iter(errors.values())).splitlines()[0]
-        warnings.warn(f"{len(errors)} of {len(configs)} runs failed ({names}); first error: {first}", stacklevel=2)
+        message = f"{len(errors)} of {len(configs)} runs failed ({names}); first error: {first}"
+        if on_failure == "raise":
+            raise RuntimeError(f"{message}\n{next(iter(errors.values()))}")
+        warnings.warn(message, stacklevel=2)
     order = list(config_columns(configs[0]) if configs else []) + ["hash", "status", "round", "client", "metric",
                                                                     "value"]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=order)

@@ -169,7 +169,13 @@ class ActiveClients(Mapping):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._stacked:
-            self._stacked[name] = torch.stack(self.entries(name))
+            entries = self.entries(name)
+            if entries:
+                self._stacked[name] = torch.stack(entries)
+            else:  # no active client (Poisson sampling can draw none): an empty [0, ...] of the entries' shape
+                template = next(iter(self._clients[name].values())) if isinstance(self._clients[name], dict) \
+                    else self._clients[name][0]
+                self._stacked[name] = template.new_empty((0, *template.shape))
         return self._stacked[name]
 
     def __iter__(self) -> Iterator[str]:

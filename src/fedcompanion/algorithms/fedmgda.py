@@ -11,13 +11,13 @@ updates, :math:`g_i = \Delta_i / \|\Delta_i\|`, and finds the min-norm point of 
 
 :math:`\epsilon = 0` is FedAvg on normalised updates, :math:`\epsilon = 1` plain MGDA (a common descent
 direction of all participants' objectives). The quadratic programme (K variables, the K x K Gram matrix of
-the :math:`g_i`) is solved here exactly up to rounding by accelerated projected gradient with the exact
-Euclidean projection onto the capped simplex.
+the :math:`g_i`) is solved by SLSQP and then polished exactly on its active set (see :func:`min_norm_weights`).
 """
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from ..protocol import LocalObjective
@@ -25,35 +25,36 @@ from ..validation import check_number
 from .base import Algorithm, delta, register
 
 
-def project_capped_simplex(v: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
-    """argmin_{sum z = 1, low <= z <= high} ||z - v||: z = clip(v - theta, low, high) with theta found by
-    bisection (the sum is monotone in theta); needs sum(low) <= 1 <= sum(high)."""
-    lo, hi = float((v - high).min()) - 1.0, float((v - low).max()) + 1.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if float(torch.clamp(v - mid, low, high).sum()) > 1:
-            lo = mid
-        else:
-            hi = mid
-    return torch.clamp(v - 0.5 * (lo + hi), low, high)
+def min_norm_weights(gram: torch.Tensor, center: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """lambda* = argmin lambda' G lambda over the simplex with ||lambda - center||_inf <= epsilon.
 
+    Solved by SLSQP (scipy), then polished: with the coordinates that sit at a bound fixed, the optimum of the free
+    ones solves a linear KKT system, which is solved exactly and kept if it stays feasible and is no worse."""
+    from scipy.optimize import minimize
 
-def min_norm_weights(gram: torch.Tensor, center: torch.Tensor, epsilon: float, iterations: int = 5000,
-                     tol: float = 1e-15) -> torch.Tensor:
-    """lambda* = argmin lambda' G lambda over the simplex with ||lambda - center||_inf <= epsilon (FISTA)."""
-    low, high = (center - epsilon).clamp_min(0), (center + epsilon).clamp_max(1)
-    step = 1.0 / max(float(torch.linalg.eigvalsh(gram)[-1]) * 2, 1e-300)
-    lam = project_capped_simplex(center, low, high)
-    y, t = lam, 1.0
-    for _ in range(iterations):
-        new = project_capped_simplex(y - step * 2 * (gram @ y), low, high)
-        t_next = (1 + (1 + 4 * t * t) ** 0.5) / 2
-        y = new + ((t - 1) / t_next) * (new - lam)
-        done = float((new - lam).abs().max()) <= tol
-        lam, t = new, t_next
-        if done:
-            break
-    return lam
+    g = gram.detach().cpu().double().numpy()
+    c = center.detach().cpu().double().numpy()
+    low, high = np.clip(c - epsilon, 0, 1), np.clip(c + epsilon, 0, 1)
+    k = len(c)
+    start = np.clip(c, low, high)
+    start = start / start.sum()
+    solved = minimize(lambda v: v @ g @ v, start, jac=lambda v: 2 * g @ v, bounds=list(zip(low, high)),
+                      constraints=[{"type": "eq", "fun": lambda v: v.sum() - 1, "jac": lambda v: np.ones(k)}],
+                      method="SLSQP", options={"ftol": 1e-16, "maxiter": 500})
+    lam = np.clip(solved.x, low, high)
+    free = (lam > low + 1e-9) & (lam < high - 1e-9)
+    if free.any():
+        fixed, n = ~free, int(free.sum())
+        kkt = np.zeros((n + 1, n + 1))
+        kkt[:n, :n], kkt[:n, n], kkt[n, :n] = 2 * g[np.ix_(free, free)], 1.0, 1.0
+        rhs = np.concatenate([-2 * g[np.ix_(free, fixed)] @ lam[fixed], [1 - lam[fixed].sum()]])
+        exact = np.linalg.lstsq(kkt, rhs, rcond=None)[0][:n]
+        if ((exact >= low[free] - 1e-12) & (exact <= high[free] + 1e-12)).all():
+            polished = lam.copy()
+            polished[free] = np.clip(exact, low[free], high[free])
+            if polished @ g @ polished <= lam @ g @ lam + 1e-15:
+                lam = polished
+    return torch.as_tensor(lam, dtype=gram.dtype, device=gram.device)
 
 
 @register

@@ -147,7 +147,9 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
 
     A client that does not answer within ``round_timeout`` seconds (or answers with an error) is named in a
     warning and left out of that round and of later ones; the run goes on with the others, and stops with an
-    error naming the lost nodes once none is left."""
+    error naming the lost nodes once none is left. A round in which no client answers (or none was sampled)
+    leaves the server state as it is (in-process, an algorithm whose server step has terms without client sums,
+    such as FedVRA's -beta lambda, still takes them in a round that sampled nobody)."""
     config = config.validate()
     experiment = json.dumps(dataclasses.asdict(config))
     _, task, algorithm, local, x0 = _setup(experiment)

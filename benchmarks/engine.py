@@ -114,6 +114,7 @@ def main() -> int:
     parser.add_argument("--ms", type=int, nargs="+", default=[10, 50])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-flower", action="store_true")
+    parser.add_argument("--flower-repeats", type=int, default=1, help="each repeat starts Ray anew (about 30 s)")
     args = parser.parse_args()
     device = args.device
     task = fc.tasks.federated_dataset_task("mnist", 100, "dirichlet", "mlp", seed=0, alpha=0.3).to(device)
@@ -135,8 +136,10 @@ def main() -> int:
             if not name.startswith("flower"):
                 fn(m)
         measured = {name: [] for name in columns}
-        for _ in range(args.repeats):
+        for repeat in range(args.repeats):
             for name, fn in columns.items():
+                if name.startswith("flower") and repeat >= args.flower_repeats:
+                    continue
                 rate = fn(m)
                 if rate is not None:
                     measured[name].append(rate)

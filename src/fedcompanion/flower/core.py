@@ -115,6 +115,16 @@ def client_app() -> ClientApp:
 
 
 # ------------------------------------------------------------------ the server
+def _exchange(grid: Grid, messages: dict, timeout: float) -> dict:
+    """Send ``{key: message}`` and return ``{key: reply}`` for the replies that came within ``timeout`` s.
+    Replies are matched to the message they answer, never to their sender: the error reply for a node the
+    SuperLink has found gone comes from the SuperLink itself."""
+    sent = list(messages.items())
+    replies = grid.send_and_receive([message for _, message in sent], timeout=timeout)
+    key_of = {message.metadata.message_id: key for key, message in sent}
+    return {key_of[reply.metadata.reply_to_message_id]: reply for reply in replies}
+
+
 def _partitions(grid: Grid, num_clients: int, timeout: float, experiment: str, key: str) -> dict[int, int]:
     """Announce the experiment to every connected node (waiting up to ``timeout`` s for all N) and map
     partition-id -> node id from their answers."""
@@ -125,15 +135,13 @@ def _partitions(grid: Grid, num_clients: int, timeout: float, experiment: str, k
                                f"connected within {timeout:.0f} s")
         time.sleep(0.5)
     announcement = RecordDict({"experiment": ConfigRecord({"json": experiment, "key": key})})
-    queries = [Message(announcement, dst_node_id=node, message_type=MessageType.QUERY)
-               for node in grid.get_node_ids()]
-    replies = list(grid.send_and_receive(queries, timeout=timeout))
+    queries = {node: Message(announcement, dst_node_id=node, message_type=MessageType.QUERY)
+               for node in grid.get_node_ids()}
     mapping = {}
-    for reply in replies:
+    for node, reply in _exchange(grid, queries, timeout).items():
         if reply.has_error():
-            raise RuntimeError(f"node {reply.metadata.src_node_id} failed to report its partition: "
-                               f"{reply.error.reason}")
-        mapping[int(reply.content["node"]["partition-id"])] = reply.metadata.src_node_id
+            raise RuntimeError(f"node {node} failed to report its partition: {reply.error.reason}")
+        mapping[int(reply.content["node"]["partition-id"])] = node
     missing = sorted(set(range(num_clients)) - set(mapping))
     if missing:
         raise RuntimeError(f"no node holds partitions {missing} (each SuperNode needs a distinct partition-id)")
@@ -177,9 +185,7 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
             content = RecordDict({"broadcast": record, "round": round_record})
             messages[i] = Message(content, dst_node_id=nodes[i], message_type=MessageType.TRAIN, group_id=str(r))
         uploads_by_client = {}
-        node_to_client = {nodes[i]: i for i in messages}
-        for reply in grid.send_and_receive(list(messages.values()), timeout=round_timeout):
-            i = node_to_client[reply.metadata.src_node_id]
+        for i, reply in _exchange(grid, messages, round_timeout).items():
             if reply.has_error():
                 lost[i] = f"node {nodes[i]} (client {i}) failed: {reply.error.reason}"
                 continue

@@ -66,6 +66,30 @@ def test_uploads_are_exactly_what_the_algorithm_uploads():
     assert set(own) == {"lam", "gamma"} and not torch.equal(own["lam"], torch.zeros(5, dtype=torch.float64))
 
 
+def test_replies_are_matched_to_their_messages_not_to_their_senders():
+    """The SuperLink answers for a node it has found gone, with an error reply from itself (node id 1): the server
+    must attribute that reply to the lost node's message (keying replies by sender crashed the ServerApp)."""
+    from types import SimpleNamespace
+
+    from fedcompanion.flower.core import _exchange
+
+    def reply(to, sender, error):
+        return SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=to.metadata.message_id,
+                                                        src_node_id=sender), error=error)
+
+    class SuperLinkAnsweringForTheLostNode:
+        def send_and_receive(self, messages, timeout):
+            for k, message in enumerate(messages):  # what Grid.push_messages does
+                message.metadata.message_id = f"m{k}"
+            live, lost = messages
+            return [reply(lost, 1, "missed its heartbeats"), reply(live, live.metadata.dst_node_id, None)]
+
+    messages = {client: SimpleNamespace(metadata=SimpleNamespace(dst_node_id=node))
+                for client, node in ((0, 5), (1, 9))}
+    replies = _exchange(SuperLinkAnsweringForTheLostNode(), messages, timeout=1.0)
+    assert replies[0].error is None and replies[1].error == "missed its heartbeats"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .experiments import ExperimentConfig, code_fingerprint, load_result, run_config, store
+from .experiments import ExperimentConfig, code_fingerprint, load_result, sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}
@@ -114,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         for meta in chosen:
             config = _config(meta)
             committed, _ = load_result(config, results)
-            result = run_config(config)
-            store(config, result, tmp)
+            sweep([config], tmp, jobs=1, progress=False)  # the notebooks' path, with its fixed thread count
             fresh, _ = load_result(config, tmp)
             dtype = "float64" if config.task in FLOAT64_TASKS else "float32"
             difference = compare(committed, fresh)

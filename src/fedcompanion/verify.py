@@ -1,11 +1,13 @@
 """Re-run a named subset of the committed figure runs from scratch and compare with the committed results:
 ``python -m fedcompanion.verify [--subset smoke|figures] [--results results]`` (``make verify``).
 
-Every selected run is recomputed in a temporary folder with the code as it is now and its history compared with the
-committed one: *bit-identical*, *within tolerance* (float64 runs: 1e-9 relative; float32 runs: 1e-4 relative, since
-the last bits of a float32 product depend on the CPU's instruction set), or *different*. A committed result made by
-other code (its code fingerprint differs) is *stale*: run ``make reproduce`` and commit the new results. The
-command exits non-zero on any stale, different or missing run.
+Every selected run is recomputed in a temporary folder with the code as it is now, through ``sweep`` as the
+notebooks run it (one torch thread per run: with the default thread count runs differ in the last bits), and
+its history compared with the committed one: *bit-identical*, *within tolerance* (float64 runs: 1e-9 relative;
+float32 runs: 1e-4 relative, since the last bits of a float32 product depend on the CPU's instruction set), or
+*different*. Only results made by the current code are chosen (a different code fingerprint means *stale*: run
+``make reproduce`` and commit the new results). The command exits non-zero when a run differs or when the subset's
+runs are missing for this code.
 
 Why the tolerance: on one machine every run is bit-reproducible (fixed seeds, fixed torch threads per run,
 deterministic kernels). Across machines, float64 runs agree to about 1e-12 and float32 runs to about 1e-6 per round,

@@ -97,13 +97,26 @@ def load_summaries(results_dir: str | Path) -> list[Summary]:
     return out
 
 
-def write_timings(results_dir: str | Path, timings: dict[str, float]) -> None:
-    """Merge notebook wall times (seconds) into ``_timings.json`` with a description of the machine."""
+def read_timings(results_dir: str | Path) -> dict:
+    """``_timings.json``: the machine, each notebook's wall time and (after a full reproduction) its elapsed
+    time and how many notebooks ran at once."""
+    path = summaries_dir(results_dir) / "_timings.json"
+    return json.loads(path.read_text()) if path.exists() else {"notebooks": {}, "machine": "?"}
+
+
+def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed: float | None = None,
+                  parallel: int | None = None) -> None:
+    """Merge notebook wall times (seconds) into ``_timings.json`` with a description of the machine; ``elapsed``
+    (a whole reproduction, ``parallel`` notebooks at a time) replaces the previous one."""
     path = summaries_dir(results_dir) / "_timings.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(path.read_text()) if path.exists() else {}
+    old = read_timings(results_dir)
     notebooks = {**old.get("notebooks", {}), **{k: round(v, 1) for k, v in timings.items()}}
     data = {"machine": machine(), "notebooks": dict(sorted(notebooks.items()))}
+    if elapsed is not None:
+        data["elapsed"], data["parallel"] = round(elapsed, 1), parallel
+    elif "elapsed" in old:
+        data["elapsed"], data["parallel"] = old["elapsed"], old.get("parallel")
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -134,8 +147,7 @@ def claims_table(summaries: list[Summary], link_prefix: str = "") -> str:
 def render(results_dir: str | Path = "results") -> str:
     """REPRODUCTION.md from the summaries in ``results_dir`` (deterministic: the same files, the same text)."""
     summaries = load_summaries(results_dir)
-    timing_path = summaries_dir(results_dir) / "_timings.json"
-    timings = json.loads(timing_path.read_text()) if timing_path.exists() else {"notebooks": {}, "machine": "?"}
+    timings = read_timings(results_dir)
     profiles = sorted({s.profile for s in summaries})
     lines = [
         "# Reproduction report",
@@ -183,7 +195,11 @@ def render(results_dir: str | Path = "results") -> str:
         seconds = timings.get("notebooks", {}).get(s.notebook)
         lines.append(f"| `{s.notebook}` | {s.runs} | {'' if seconds is None else f'{seconds:.0f}'} |")
     total = sum(v for v in timings.get("notebooks", {}).values())
-    lines += [f"| total | | {total:.0f} |", "", "## Figure gallery", ""]
+    lines.append(f"| sum of the notebooks | | {total:.0f} |")
+    if timings.get("elapsed") is not None:
+        lines.append(f"| `make reproduce`, elapsed ({timings.get('parallel')} notebooks at a time) | | "
+                     f"{timings['elapsed']:.0f} |")
+    lines += ["", "## Figure gallery", ""]
     figures = sorted({f for s in summaries for c in s.claims for f in c.figures})
     for f in figures:
         lines += [f"### `{f}`", "", f"![{f}](figures/{f}.png)", ""]

@@ -1,8 +1,12 @@
-"""Execute the notebooks with papermill: ``python -m fedcompanion.reproduce [--profile smoke] [--only text]``.
+"""Execute the notebooks with papermill:
+``python -m fedcompanion.reproduce [--profile smoke] [--only text] [--parallel N]``.
 
-Each notebook under ``notebooks/`` (``00_tour.ipynb`` first, then the paper folders in order) is executed into
-the git-ignored ``build/`` folder; its runs land in ``results/`` (cached, so an interrupted reproduction resumes:
-every run's files are written atomically) and its figures in ``figures/``. The wall time of each notebook is
+Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` folder; its runs land in
+``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
+figures in ``figures/``. ``--parallel`` notebooks run at the same time (default 2), the longest first (by the wall
+times recorded last time): a notebook's own serial parts (its kernel, plots, in-process computations, the gaps
+between its sweeps) then overlap another's sweeps. No number depends on it: every run is the cache's (one torch
+thread each) and every notebook its own kernel. The wall time of each notebook and of the whole reproduction are
 recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims
 table) from those summaries. The smoke profile writes everything under ``build/`` instead.
 """
@@ -32,14 +36,36 @@ def execute(notebook: Path, output: Path, parameters: dict, progress: bool = Tru
     )  # fmt: skip
 
 
+def _execute_timed(notebook: Path, output: Path, parameters: dict, progress: bool) -> float:
+    tic = time.time()
+    execute(notebook, output, parameters, progress)
+    return time.time() - tic
+
+
+def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
+    """``todo`` ordered by the wall time each notebook took last time, longest first (unknown ones first, in
+    reading order): the schedule that keeps both workers busy to the end."""
+    def key(nb: Path):
+        seconds = previous.get(str(nb.relative_to(ROOT / "notebooks").with_suffix("")))
+        return (seconds is not None, -(seconds or 0.0))
+    return sorted(todo, key=key)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from .report import write_report, write_timings
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    from .report import read_timings, write_report, write_timings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")
     parser.add_argument("--only", default="", help="run only notebooks whose path contains this")
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
+    parser.add_argument("--parallel", type=int, default=2, help="notebooks executed at the same time (default 2)")
     args = parser.parse_args(argv)
+    if args.parallel < 1:
+        print(f"error: --parallel must be >= 1, got {args.parallel}", file=sys.stderr)
+        return 2
     todo = [nb for nb in notebooks() if args.only in str(nb)]
     if not todo:
         print(f"error: --only {args.only!r} matches no notebook under notebooks/", file=sys.stderr)
@@ -50,15 +76,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile == "smoke":  # a smoke run must not overwrite the paper-scale results and figures
         params.update(results_dir="build/smoke-results", figures_dir="build/smoke-figures")
         results, figures = ROOT / "build" / "smoke-results", ROOT / "build" / "smoke-figures"
-    start = time.time()
-    for k, nb in enumerate(todo, 1):
-        rel = nb.relative_to(ROOT / "notebooks")
-        print(f"[{k}/{len(todo)}] {rel}  (profile={args.profile})", flush=True)
-        tic = time.time()
-        execute(nb, out_dir / rel, params)
-        seconds = time.time() - tic
-        write_timings(results, {str(rel.with_suffix("")): seconds})
-        print(f"      done in {seconds:.0f} s", flush=True)
+    todo = longest_first(todo, read_timings(results).get("notebooks", {}))
+    start, failed = time.time(), []
+    with ProcessPoolExecutor(args.parallel, mp_context=get_context("spawn")) as pool:
+        futures = {}
+        for nb in todo:
+            rel = nb.relative_to(ROOT / "notebooks")
+            futures[pool.submit(_execute_timed, nb, out_dir / rel, params, args.parallel == 1)] = rel
+        print(f"executing {len(todo)} notebooks, {args.parallel} at a time (profile={args.profile})", flush=True)
+        for k, future in enumerate(as_completed(futures), 1):
+            rel = futures[future]
+            try:
+                seconds = future.result()
+            except Exception as error:  # the others go on; the reproduction fails at the end
+                failed.append(rel)
+                print(f"[{k}/{len(todo)}] {rel} FAILED: {str(error).strip().splitlines()[-1:]}", flush=True)
+                continue
+            write_timings(results, {str(rel.with_suffix("")): seconds})
+            print(f"[{k}/{len(todo)}] {rel} done in {seconds:.0f} s", flush=True)
+    elapsed = time.time() - start
+    if failed:
+        print(f"error: {len(failed)} notebook(s) failed: {', '.join(map(str, failed))} (executed copies with the "
+              f"traceback in {out_dir.relative_to(ROOT)})", file=sys.stderr)
+        return 1
+    if len(todo) == len(notebooks()):
+        write_timings(results, {}, elapsed=elapsed, parallel=args.parallel)
     written = sorted(p for p in figures.glob("*") if p.stat().st_mtime >= start)
     print(f"\nwrote {len(written)} figure files to {figures}:")
     for p in written:
@@ -67,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         report = write_report(results, ROOT / "REPRODUCTION.md", ROOT / "README.md")
     else:
         report = write_report(results, ROOT / "build" / "REPRODUCTION-smoke.md", readme=None)
-    print(f"total {time.time() - start:.0f} s; executed notebooks in {out_dir.relative_to(ROOT)}; report {report}")
+    print(f"total {elapsed:.0f} s elapsed; executed notebooks in {out_dir.relative_to(ROOT)}; report {report}")
     return 0
 
 

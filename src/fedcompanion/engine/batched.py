@@ -21,10 +21,12 @@ client's trajectory may differ by ~1e-4 (the tests compare the engines in float6
 For multilayer perceptrons (``nn.Sequential`` of ``Linear`` and ``ReLU`` layers, an optional leading
 ``Flatten``; linear and logistic models included) with a cross-entropy, logistic or squared loss, and one
 step size, proximal weight and loss scale for all clients (the usual case), the forward and backward
-passes are written out as batched matrix products, and each weight update is fused into its gradient's
-product (``W.baddbmm_(delta^T, a, beta=1 - eta * decay, alpha=-eta * s)``): the weight gradient is never
-stored and [K, P] is streamed once per step instead of three times. Other models go through
-``torch.func.vmap`` and autograd.
+passes are written out as batched matrix products, and each weight and bias update is fused into its
+gradient's product (``W.baddbmm_(delta^T, a, beta=1 - eta * decay, alpha=-eta * s)``, the bias with
+``delta^T 1``): the gradients are never stored and each layer is streamed once per step instead of three
+times. What is left of a step (the constant offset, the momentum buffer) is one ``torch._foreach_*`` call
+over all layers, so a step costs a fixed number of calls whatever the depth: the step count, not the
+arithmetic, bounds small problems. Other models go through ``torch.func.vmap`` and autograd.
 """
 from __future__ import annotations
 
@@ -104,11 +106,11 @@ class _Round:
 
     order: torch.Tensor        # position in the batch -> position in the caller's client list
     steps: torch.Tensor        # Q_k, descending
-    rows: torch.Tensor         # [K, Q, B] row indices into each client's data
+    live_counts: list          # how many clients still work at each step t (a prefix of the batch)
+    x_index: torch.Tensor      # [Q, K, B] rows of task.x_all in each client's mini-batch t (step-major)
+    y_index: torch.Tensor      # [Q, K, B] the same rows of y_source
     weights: torch.Tensor      # [K, Q, B] 1/B_k on real rows, 0 on padding
-    x_offsets: torch.Tensor    # where each client's inputs start in task.x_all
     y_source: torch.Tensor     # targets laid out back to back
-    y_offsets: torch.Tensor
     params: dict               # layer name -> [K, ...]
     buffers: dict | None       # momentum buffers, like params
     offset: dict | None        # c - rho z per layer (constant over the steps), or None
@@ -117,13 +119,11 @@ class _Round:
     prox: torch.Tensor
     l2: torch.Tensor
 
-    def live(self, t: int) -> int:
-        """How many clients still work at step t (a prefix of the batch)."""
-        return int((self.steps > t).sum())
-
     def batch(self, t: int, n: int, inputs: torch.Tensor):
-        local = self.rows[:n, t]
-        return inputs[local + self.x_offsets[:n, None]], self.y_source[local + self.y_offsets[:n, None]]
+        """Mini-batch t of the first n clients: inputs [n, B, ...] and targets [n, B, ...]."""
+        x = inputs.index_select(0, self.x_index[t, :n].flatten())
+        y = self.y_source.index_select(0, self.y_index[t, :n].flatten())
+        return x.view(n, -1, *inputs.shape[1:]), y.view(n, -1, *self.y_source.shape[1:])
 
 
 def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, batch_size: int | None) -> _Round:
@@ -131,6 +131,10 @@ def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, ba
     steps = objective.steps[order]
     rows, weights = _batches(task, clients[order], steps, seed, round, batch_size)
     y_source, y_offsets = _targets(task, objective, clients)
+    x_offsets = task.offsets[clients[order]].to(task.device)
+    x_index = (rows + x_offsets[:, None, None]).transpose(0, 1).contiguous()
+    y_index = (rows + y_offsets[order][:, None, None]).transpose(0, 1).contiguous()
+    live_counts = (steps[None, :] > torch.arange(int(steps[0]), device=steps.device)[:, None]).sum(1).tolist()
     params = {n: p.contiguous() for n, p in task.unflatten(objective.start[order]).items()}
     buffers = None
     if objective.momentum != 0:
@@ -143,8 +147,8 @@ def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, ba
         offset = torch.zeros_like(objective.start) if objective.linear is None else objective.linear.clone()
         offset -= objective.prox[:, None] * objective.anchor
         offset = {n: v.contiguous() for n, v in task.unflatten(offset[order]).items()}
-    return _Round(order, steps, rows, weights, task.offsets[clients[order]].to(task.device), y_source,
-                  y_offsets[order], params, buffers, offset, objective.lr[order], objective.scale[order], prox,
+    return _Round(order, steps, live_counts, x_index, y_index, weights, y_source, params, buffers, offset,
+                  objective.lr[order], objective.scale[order], prox,
                   task.client_l2[clients[order]].to(task.device, task.dtype))
 
 
@@ -169,8 +173,7 @@ def _autograd_steps(task, plan: _Round, momentum: float, decay: float) -> None:
     lr, scale, prox = plan.lr, plan.scale, plan.prox
     use_scale, use_prox, one_lr = not bool((scale == 1).all()), bool((prox != 0).any()), _uniform(lr)
     params, buffers, offset = plan.params, plan.buffers, plan.offset
-    for t in range(int(plan.steps[0])):
-        n = plan.live(t)
+    for t, n in enumerate(plan.live_counts):
         live = {name: p[:n] for name, p in params.items()}
         grads = _layer_grads(task, live, *plan.batch(t, n, task.x_all), plan.weights[:n, t], plan.l2[:n])
         if t == 0:  # store every [K, ...] tensor in the memory layout autograd gives the gradients
@@ -234,61 +237,91 @@ _OUTPUT_GRADIENTS = {  # d (sum_j w_j loss_j) / d output, for output [n, B, C] a
 
 def _mlp_steps(task, plan: _Round, layers, momentum: float, weight_decay: float) -> None:
     """Local steps of an MLP with every client sharing eta, s, rho and mu_i: forward and backward passes as
-    batched products, each weight update fused into its gradient's product."""
+    batched products, each weight and bias update fused into its gradient's product (a bias gradient is
+    delta^T 1), the remaining element-wise updates one ``torch._foreach_*`` call per step over all layers.
+
+    Without momentum, x <- (1 - eta decay) x - eta s g is the product; then x <- x - eta o (o: the offset).
+    With momentum, b <- mu b + s g is the product; then b <- b + decay x + o and x <- x - eta b."""
     lr, s = float(plan.lr[0]), float(plan.scale[0])
     decay = s * float(plan.l2[0]) + float(plan.prox[0]) + weight_decay  # d = s g + decay x + offset
-    params, buffers, offset = plan.params, plan.buffers, plan.offset
     output_grad = _OUTPUT_GRADIENTS[task.loss.name]
     inputs = task.x_all.reshape(len(task.x_all), -1)
-    for t in range(int(plan.steps[0])):
-        n = plan.live(t)
-        _mlp_step(params, buffers, offset, layers, slice(0, n), *plan.batch(t, n, inputs), plan.weights[:n, t],
-                  output_grad, lr, s, decay, momentum)
+    ones = plan.weights.new_ones(len(plan.steps), plan.weights.shape[2], 1)
+    views = _LiveViews(plan, layers)
+    for t, n in enumerate(plan.live_counts):
+        a, y = plan.batch(t, n, inputs)
+        params, buffers, offset = views(n)
+        delta, acts = _mlp_forward(params, a, y, plan.weights[:n, t], output_grad)
+        for j in range(len(params) - 1, -1, -1):
+            weight, bias = params[j]
+            # the gradient for the layer below, with this layer's weights before their update
+            below = _relu_backward(torch.bmm(delta, weight), acts[j]) if j > 0 else None
+            products = ((delta.transpose(1, 2), acts[j]), (delta.transpose(1, 2), ones[:n]))
+            targets = (weight, bias) if buffers is None else buffers[j]
+            for target, product in zip(targets, products):
+                if target is None:
+                    continue
+                if buffers is None:
+                    target.baddbmm_(*product, beta=1 - lr * decay, alpha=-lr * s)
+                else:
+                    target.baddbmm_(*product, beta=momentum, alpha=s)
+            delta = below
+        _elementwise_updates(views.flat(n), lr, decay, buffers is not None)
 
 
-def _mlp_step(params, buffers, offset, layers, rows: slice, a, y, weights, output_grad, lr, s, decay, momentum):
-    """One local step of the clients ``rows`` (see ``_mlp_steps``; processing the batch in chunks of clients
-    whose parameters fit in cache was measured and is not faster)."""
+def _mlp_forward(params, a, y, weights, output_grad):
+    """Forward pass of the first n clients' MLPs; returns d loss / d output and each layer's input."""
     acts = []
-    for j, (w_name, b_name) in enumerate(layers):
+    for j, (weight, bias) in enumerate(params):
         acts.append(a)
-        w = params[w_name][rows].transpose(1, 2)
-        a = torch.bmm(a, w) if b_name is None else torch.baddbmm(params[b_name][rows].unsqueeze(1), a, w)
-        if j + 1 < len(layers):
+        w = weight.transpose(1, 2)
+        a = torch.bmm(a, w) if bias is None else torch.baddbmm(bias.transpose(1, 2), a, w)
+        if j + 1 < len(params):
             a = a.clamp_min_(0)
-    delta = output_grad(a, y, weights)
-    for j in range(len(layers) - 1, -1, -1):
-        w_name, b_name = layers[j]
-        below = None
-        if j > 0:  # the gradient for the layer below, with this layer's weights before their update
-            below = torch.bmm(delta, params[w_name][rows]).mul_(acts[j] > 0)
-        for name, grad in ((w_name, (delta.transpose(1, 2), acts[j])), (b_name, None)):
-            if name is None:
-                continue
-            grad = grad if grad is not None else delta.sum(1)
-            p = params[name][rows]
-            if buffers is None:  # p <- (1 - eta decay) p - eta s g - eta offset
-                _fused_step(p, grad, beta=1 - lr * decay, alpha=-lr * s)
-                if offset is not None:
-                    p.add_(offset[name][rows], alpha=-lr)
-            else:  # b <- mu b + decay p + s g + offset; p <- p - eta b
-                b = buffers[name][rows]
-                b.mul_(momentum)
-                if decay:
-                    b.add_(p, alpha=decay)
-                _fused_step(b, grad, beta=1.0, alpha=s)
-                if offset is not None:
-                    b.add_(offset[name][rows])
-                p.add_(b, alpha=-lr)
-        delta = below
+    return output_grad(a, y, weights), acts
 
 
-def _fused_step(target: torch.Tensor, grad, beta: float, alpha: float) -> None:
-    """target <- beta * target + alpha * gradient, where ``grad`` is a pair (A, B) whose product is the
-    gradient (fused into one batched GEMM) or the gradient itself."""
-    if isinstance(grad, tuple):
-        target.baddbmm_(*grad, beta=beta, alpha=alpha)
+def _relu_backward(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """grad where the ReLU's output is positive, else 0 (one kernel)."""
+    return torch.ops.aten.threshold_backward(grad, output, 0)
+
+
+def _elementwise_updates(flat: tuple, lr: float, decay: float, momentum: bool) -> None:
+    """The part of a step outside the products, over every layer at once (lists of [n, ...] views)."""
+    params, buffers, offset = flat
+    if not momentum:
+        if offset is not None:
+            torch._foreach_add_(params, offset, alpha=-lr)
         return
-    if beta != 1:
-        target.mul_(beta)
-    target.add_(grad, alpha=alpha)
+    if decay:
+        torch._foreach_add_(buffers, params, alpha=decay)
+    if offset is not None:
+        torch._foreach_add_(buffers, offset)
+    torch._foreach_add_(params, buffers, alpha=-lr)
+
+
+class _LiveViews:
+    """Views of the first n clients' parameters, momentum buffers and offsets, made once per n: per layer
+    (weight [n, out, in], bias [n, out, 1] or None) and as flat lists for the element-wise updates."""
+
+    def __init__(self, plan: _Round, layers):
+        self.plan, self.layers, self.cache = plan, layers, {}
+
+    def _layer_views(self, tensors: dict | None, n: int):
+        if tensors is None:
+            return None
+        return [(tensors[w][:n], None if b is None else tensors[b][:n].unsqueeze(-1)) for w, b in self.layers]
+
+    def _make(self, n: int):
+        plan = self.plan
+        per_layer = [self._layer_views(d, n) for d in (plan.params, plan.buffers, plan.offset)]
+        flat = tuple(None if v is None else [x for pair in v for x in pair if x is not None] for v in per_layer)
+        return per_layer, flat
+
+    def __call__(self, n: int):
+        if n not in self.cache:
+            self.cache[n] = self._make(n)
+        return self.cache[n][0]
+
+    def flat(self, n: int):
+        return self.cache[n][1]

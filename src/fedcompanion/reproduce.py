@@ -3,16 +3,18 @@
 
 Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` folder; its runs land in
 ``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
-figures in ``figures/``. ``--parallel`` notebooks run at the same time (default 2), the longest first (by the wall
-times recorded last time): a notebook's own serial parts (its kernel, plots, in-process computations, the gaps
-between its sweeps) then overlap another's sweeps. No number depends on it: every run is the cache's (one torch
-thread each) and every notebook its own kernel. The wall time of each notebook and of the whole reproduction are
-recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims
-table) from those summaries. The smoke profile writes everything under ``build/`` instead.
+figures in ``figures/``. ``--parallel`` notebooks run at the same time, the longest first (by the wall times
+recorded last time; one at a time, in reading order). The default, half the CPU count, gives each notebook the two
+processes its sweeps use: on two cores, one at a time (two at a time, i.e. four run processes on two cores, was
+measured no faster). No number depends on it: every run is the cache's (one torch thread each) and every notebook
+has its own kernel. The wall time of each notebook and of the whole reproduction are recorded beside the notebooks'
+summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims table) from those summaries. The
+smoke profile writes everything under ``build/`` instead.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")
     parser.add_argument("--only", default="", help="run only notebooks whose path contains this")
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
-    parser.add_argument("--parallel", type=int, default=2, help="notebooks executed at the same time (default 2)")
+    parser.add_argument("--parallel", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                        help="notebooks executed at the same time (default: half the CPU count)")
     args = parser.parse_args(argv)
     if args.parallel < 1:
         print(f"error: --parallel must be >= 1, got {args.parallel}", file=sys.stderr)
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile == "smoke":  # a smoke run must not overwrite the paper-scale results and figures
         params.update(results_dir="build/smoke-results", figures_dir="build/smoke-figures")
         results, figures = ROOT / "build" / "smoke-results", ROOT / "build" / "smoke-figures"
-    todo = longest_first(todo, read_timings(results).get("notebooks", {}))
+    if args.parallel > 1:  # one at a time: in reading order
+        todo = longest_first(todo, read_timings(results).get("notebooks", {}))
     start, failed = time.time(), []
     with ProcessPoolExecutor(args.parallel, mp_context=get_context("spawn")) as pool:
         futures = {}

@@ -213,6 +213,22 @@ def test_reproduce_only_matching_nothing_fails():
     assert main(["--only", "no-such-notebook"]) != 0
 
 
+def test_reproduce_parallel_must_be_positive(capsys):
+    from fedcompanion.reproduce import main
+
+    assert main(["--parallel", "0"]) == 2
+    assert "--parallel must be >= 1" in capsys.readouterr().err
+
+
+def test_reproduce_schedules_the_longest_notebooks_first():
+    from fedcompanion.reproduce import ROOT, longest_first
+
+    nbs = [ROOT / "notebooks" / name for name in ("00_tour.ipynb", "fedvra/03_x.ipynb", "new.ipynb", "a/b.ipynb")]
+    previous = {"00_tour": 120.0, "fedvra/03_x": 240.0, "a/b": 15.0}
+    order = [nb.relative_to(ROOT / "notebooks").as_posix() for nb in longest_first(nbs, previous)]
+    assert order == ["new.ipynb", "fedvra/03_x.ipynb", "00_tour.ipynb", "a/b.ipynb"]  # unknown time: first
+
+
 def test_data_errors_name_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDCOMPANION_DATA", str(tmp_path))
     with pytest.raises(DataError, match="SHA256SUMS is missing"):

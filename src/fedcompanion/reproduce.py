@@ -5,11 +5,11 @@ Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` f
 ``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
 figures in ``figures/``. ``--parallel`` notebooks run at the same time, the longest first (by the wall times
 recorded last time; one at a time, in reading order). The default, half the CPU count, gives each notebook the two
-processes its sweeps use: on two cores, one at a time (two at a time, i.e. four run processes on two cores, was
-measured no faster). No number depends on it: every run is the cache's (one torch thread each) and every notebook
-has its own kernel. The wall time of each notebook and of the whole reproduction are recorded beside the notebooks'
-summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims table) from those summaries. The
-smoke profile writes everything under ``build/`` instead.
+processes its sweeps use: on two cores, one at a time (two at a time, i.e. four run processes and two kernels on
+two cores, was measured slower). No number depends on it: every run is the cache's (one torch thread each) and
+every notebook has its own kernel. The wall time of each notebook and of the whole reproduction are recorded beside
+the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims table) from those
+summaries. The smoke profile writes everything under ``build/`` instead.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _execute_timed(notebook: Path, output: Path, parameters: dict, progress: boo
 
 def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
     """``todo`` ordered by the wall time each notebook took last time, longest first (unknown ones first, in
-    reading order): the schedule that keeps both workers busy to the end."""
+    reading order): the schedule that keeps every worker busy to the end."""
     def key(nb: Path):
         seconds = previous.get(str(nb.relative_to(ROOT / "notebooks").with_suffix("")))
         return (seconds is not None, -(seconds or 0.0))
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile == "smoke":  # a smoke run must not overwrite the paper-scale results and figures
         params.update(results_dir="build/smoke-results", figures_dir="build/smoke-figures")
         results, figures = ROOT / "build" / "smoke-results", ROOT / "build" / "smoke-figures"
-    if args.parallel > 1:  # one at a time: in reading order
+    if args.parallel > 1:  # several at a time: longest first; one at a time: reading order
         todo = longest_first(todo, read_timings(results).get("notebooks", {}))
     start, failed = time.time(), []
     with ProcessPoolExecutor(args.parallel, mp_context=get_context("spawn")) as pool:

@@ -229,6 +229,13 @@ def test_reproduce_schedules_the_longest_notebooks_first():
     assert order == ["new.ipynb", "fedvra/03_x.ipynb", "00_tour.ipynb", "a/b.ipynb"]  # unknown time: first
 
 
+def test_reproduce_shares_the_cores_between_kernels():
+    from fedcompanion.reproduce import kernel_threads
+
+    assert kernel_threads(1, 2) is None  # one at a time: the libraries' defaults
+    assert (kernel_threads(2, 2), kernel_threads(2, 16), kernel_threads(4, 2)) == (1, 8, 1)
+
+
 def test_data_errors_name_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDCOMPANION_DATA", str(tmp_path))
     with pytest.raises(DataError, match="SHA256SUMS is missing"):

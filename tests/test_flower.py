@@ -52,6 +52,24 @@ def test_simulation_reproduces_the_in_process_runs():
         assert sent >= 8 * floats.iloc[-1], "at least the float64 payload"
 
 
+def test_message_bytes_count_the_content_not_the_envelope():
+    """Two messages with the same content weigh the same, whatever their run ids (random, of varying encoded
+    length): the byte counts in a figure must not change from one run to the next."""
+    from flwr.app import ArrayRecord, RecordDict
+    from flwr.app.message.message import make_message
+    from flwr.app.metadata import Metadata
+
+    from fedcompanion.flower import message_bytes
+
+    def message(run_id: int):
+        metadata = Metadata(run_id, "", 1, 2, "", "0", 0.0, 60.0, "train")
+        return make_message(metadata, RecordDict({"x": ArrayRecord(torch_state_dict={"x": torch.arange(10.0)})}))
+
+    small, large = message(1), message(2**62 + 12345)
+    assert len(small.deflate()) < len(large.deflate())  # the envelopes differ
+    assert message_bytes(small) == message_bytes(large) >= 40  # the content, at least the float32 payload
+
+
 def test_uploads_are_exactly_what_the_algorithm_uploads():
     """FedVRA sends one vector and one scalar; its dual stays in the client's own state."""
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict

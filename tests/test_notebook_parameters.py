@@ -1,9 +1,27 @@
 import pytest
+import torch
 
+from fedcompanion.experiments import RUN_THREADS
 from fedcompanion.notebook import resolve_parameters
 from fedcompanion.validation import ConfigError
 
 SMOKE = dict(rounds=2, lr=0.1, seeds=[0], refresh=False, results_dir="build/x")
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    """resolve_parameters sets the process's torch threads: give the other tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_notebooks_compute_with_the_runs_thread_count():
+    """A notebook's own computations use RUN_THREADS threads whatever the machine (their float32 numbers would
+    otherwise depend on the core count and on how many notebooks run at a time)."""
+    torch.set_num_threads(RUN_THREADS + 1)
+    resolve_parameters("paper", SMOKE, rounds=200, lr=0.05, seeds=[0], refresh=False, results_dir="r")
+    assert torch.get_num_threads() == RUN_THREADS
 
 
 def test_smoke_profile_replaces_values():

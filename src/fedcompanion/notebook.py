@@ -18,7 +18,15 @@ def resolve_parameters(profile: str, smoke: dict, **given) -> SimpleNamespace:
     parameter and so doubles as the type specification: a given value whose type differs from
     the smoke value's (an int is accepted for a float) raises :class:`ConfigError` naming it.
     With ``profile='smoke'`` the smoke values replace the given ones.
+
+    It also sets torch to ``RUN_THREADS`` threads (one), as every run of a sweep is: what a notebook computes in its
+    own kernel then does not depend on how many cores the machine has (float32 sums are split by thread), nor on how
+    many notebooks ``make reproduce`` executes at a time.
     """
+    import torch
+
+    from .experiments import RUN_THREADS
+
     if profile not in PROFILES:
         raise ConfigError(f"notebook parameter 'profile' must be one of {list(PROFILES)}, got {profile!r}")
     missing = sorted(set(given) - set(smoke))
@@ -32,6 +40,7 @@ def resolve_parameters(profile: str, smoke: dict, **given) -> SimpleNamespace:
                 f"got {value!r} ({type(value).__name__})"
             )
     values = dict(given, **smoke) if profile == "smoke" else dict(given)
+    torch.set_num_threads(RUN_THREADS)
     return SimpleNamespace(profile=profile, **values)
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read as a kernel starts
 
 
 def notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
@@ -38,10 +39,19 @@ def execute(notebook: Path, output: Path, parameters: dict, progress: bool = Tru
     )  # fmt: skip
 
 
-def _execute_timed(notebook: Path, output: Path, parameters: dict, progress: bool) -> float:
+def _execute_timed(notebook: Path, output: Path, parameters: dict, progress: bool, threads: int | None = None) -> float:
+    if threads is not None:  # in a pool worker: the kernel it starts (and the kernel's sweeps) inherit this
+        os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
     tic = time.time()
     execute(notebook, output, parameters, progress)
     return time.time() - tic
+
+
+def kernel_threads(parallel: int, cpus: int) -> int | None:
+    """OpenMP/MKL threads for each kernel when ``parallel`` notebooks share ``cpus`` cores: its share (two kernels
+    with two spinning OpenMP threads each on two cores were measured to crawl); ``None`` (the libraries' default)
+    for one at a time. Torch itself computes with one thread in every notebook (``resolve_parameters``)."""
+    return max(1, cpus // parallel) if parallel > 1 else None
 
 
 def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
@@ -81,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         results, figures = ROOT / "build" / "smoke-results", ROOT / "build" / "smoke-figures"
     if args.parallel > 1:  # several at a time: longest first; one at a time: reading order
         todo = longest_first(todo, read_timings(results).get("notebooks", {}))
+    threads = kernel_threads(args.parallel, os.cpu_count() or 1)
     start, failed = time.time(), []
     with ProcessPoolExecutor(args.parallel, mp_context=get_context("spawn")) as pool:
         futures = {}
         for nb in todo:
             rel = nb.relative_to(ROOT / "notebooks")
-            futures[pool.submit(_execute_timed, nb, out_dir / rel, params, args.parallel == 1)] = rel
+            futures[pool.submit(_execute_timed, nb, out_dir / rel, params, args.parallel == 1, threads)] = rel
         print(f"executing {len(todo)} notebooks, {args.parallel} at a time (profile={args.profile})", flush=True)
         for k, future in enumerate(as_completed(futures), 1):
             rel = futures[future]

@@ -38,8 +38,9 @@ def config_from_run_config(run_config) -> ExperimentConfig:
 
 
 def message_bytes(message: Message) -> int:
-    """Bytes Flower serialises for a message: every object of its tree (message, records, arrays, chunks)."""
-    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
+    """Bytes Flower serialises for a message's content: every object of its tree (records, arrays, chunks) but
+    the envelope, whose metadata (random run and group ids, timestamps) changes size from one run to the next."""
+    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values() if obj is not message)
 
 
 def _record(tensors: dict[str, torch.Tensor]) -> ArrayRecord:

@@ -265,6 +265,25 @@ def test_min_norm_weights_satisfy_the_kkt_conditions():
     assert (~support).any() and float(grad[~support].min()) >= float(grad[support].max()) - 1e-9
 
 
+def test_min_norm_weights_do_not_depend_on_the_blas_threads():
+    """The same Gram matrices give bit-identical weights whatever BLAS thread count the caller has set (with
+    OpenBLAS's own choice, SLSQP's last bits changed between one and two threads)."""
+    import scipy.optimize  # noqa: F401  (loads scipy's own OpenBLAS, so that the limits below reach it)
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for k in [5] * 20 + [10] * 20:  # among these, the unguarded solver's weights differed in 2 threads
+        g = rng.normal(size=(k, 50))
+        g /= np.linalg.norm(g, axis=1, keepdims=True)
+        cases.append((torch.tensor(g @ g.T), torch.full((k,), 1 / k, dtype=torch.float64)))
+    results = []
+    for threads in (1, 2):
+        with threadpool_limits(threads, user_api="blas"):
+            results.append([min_norm_weights(gram, center, 0.1).numpy().tobytes() for gram, center in cases])
+    assert results[0] == results[1]
+
+
 @pytest.mark.parametrize("carry", [False, True])
 def test_local_momentum_and_weight_decay_are_torch_sgd(lsq_sized, carry):
     """One client, full participation, two rounds of three mini-batch steps: the loop engine's local work is

@@ -197,8 +197,9 @@ def render(results_dir: str | Path = "results") -> str:
     total = sum(v for v in timings.get("notebooks", {}).values())
     lines.append(f"| sum of the notebooks | | {total:.0f} |")
     if timings.get("elapsed") is not None:
-        lines.append(f"| `make reproduce`, elapsed ({timings.get('parallel')} notebooks at a time) | | "
-                     f"{timings['elapsed']:.0f} |")
+        parallel = timings.get("parallel")
+        at_a_time = "one notebook" if parallel == 1 else f"{parallel} notebooks"
+        lines.append(f"| `make reproduce`, elapsed ({at_a_time} at a time) | | {timings['elapsed']:.0f} |")
     lines += ["", "## Figure gallery", ""]
     figures = sorted({f for s in summaries for c in s.claims for f in c.figures})
     for f in figures:

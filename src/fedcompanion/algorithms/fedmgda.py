@@ -29,9 +29,17 @@ def min_norm_weights(gram: torch.Tensor, center: torch.Tensor, epsilon: float) -
     """lambda* = argmin lambda' G lambda over the simplex with ||lambda - center||_inf <= epsilon.
 
     Solved by SLSQP (scipy), then polished: with the coordinates that sit at a bound fixed, the optimum of the free
-    ones solves a linear KKT system, which is solved exactly and kept if it stays feasible and is no worse."""
+    ones solves a linear KKT system, which is solved exactly and kept if it stays feasible and is no worse.
+    Both run with one BLAS thread: SLSQP's iterates depend on OpenBLAS's thread count (measured: the same Gram
+    matrix gave different last bits with one and two threads, and so a different run on another machine)."""
     from scipy.optimize import minimize
+    from threadpoolctl import threadpool_limits
 
+    with threadpool_limits(1, user_api="blas"):
+        return _min_norm_weights(gram, center, epsilon, minimize)
+
+
+def _min_norm_weights(gram: torch.Tensor, center: torch.Tensor, epsilon: float, minimize) -> torch.Tensor:
     g = gram.detach().cpu().double().numpy()
     c = center.detach().cpu().double().numpy()
     low, high = np.clip(c - epsilon, 0, 1), np.clip(c + epsilon, 0, 1)

@@ -52,6 +52,7 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 	$(BIN)/python benchmarks/ceadmm.py
+	$(BIN)/python benchmarks/reproduce_bound.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

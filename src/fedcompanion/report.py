@@ -124,8 +124,10 @@ def machine() -> str:
     import torch
 
     cpu = platform.processor() or platform.machine()
+    from .experiments import RUN_THREADS
+
     return (f"{os.cpu_count()} CPU cores ({cpu}), Python {platform.python_version()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} torch threads")
+            f"{RUN_THREADS} torch thread(s) per run and per notebook kernel")
 
 
 def _escape(text: str) -> str:

@@ -4,12 +4,13 @@
 Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` folder; its runs land in
 ``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
 figures in ``figures/``. ``--parallel`` notebooks run at the same time, the longest first (by the wall times
-recorded last time; one at a time, in reading order). The default, half the CPU count, gives each notebook the two
-processes its sweeps use: on two cores, one at a time (two at a time, i.e. four run processes and two kernels on
-two cores, was measured slower). No number depends on it: every run is the cache's (one torch thread each) and
-every notebook has its own kernel. The wall time of each notebook and of the whole reproduction are recorded beside
-the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims table) from those
-summaries. The smoke profile writes everything under ``build/`` instead.
+recorded last time; one at a time, in reading order), each kernel with its share of the OpenMP/BLAS threads. The
+default, half the CPU count, gives each notebook the two processes its sweeps use: on two cores, one at a time (two
+at a time took 1667 s from an empty cache, one at a time 1652 s: the sweeps already keep both cores busy). No number
+depends on it: every run is the cache's (one torch thread each), every notebook computes with one torch thread
+(``resolve_parameters``) and has its own kernel. The wall time of each notebook and of the whole reproduction are
+recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims
+table) from those summaries. The smoke profile writes everything under ``build/`` instead.
 """
 from __future__ import annotations
 

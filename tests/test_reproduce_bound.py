@@ -1,0 +1,34 @@
+"""benchmarks/reproduce_bound.py counts the multiply-adds a run does: checked against a count by hand."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from fedcompanion.experiments import ExperimentConfig
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce_bound.py"
+spec = importlib.util.spec_from_file_location("reproduce_bound", SCRIPT)
+bound = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bound)
+
+
+def test_linear_macs():
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 200), nn.ReLU(), nn.Linear(200, 10))
+    assert bound.linear_macs(mlp) == (784 * 200 + 200 * 10, 784 * 200)
+    assert bound.linear_macs(nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4, 2))) is None
+
+
+def test_run_flops_by_hand():
+    """4 least-squares clients (115, 142, 108, 93 rows), a 5 -> 1 linear model, full participation, 2 rounds of 3
+    steps of batches of 2, evaluated on the training data at rounds 0, 1 and 2."""
+    config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=5), algorithm="fedavg",
+                              rounds=2, clients_per_round=None, lr=0.1, local=dict(steps=3, batch_size=2),
+                              eval_every=1, per_client_metrics=False)
+    meta = {"config": dict(config.__dict__), "diverged_round": None}
+    samples = 2 * 4 * 3 * 2  # rounds x clients x steps x batch
+    per_sample = 5 + 5 + 0  # forward, weight gradient, nothing passed below the first layer
+    evaluated = 3 * (115 + 142 + 108 + 93) * 5
+    assert bound.run_flops(meta, np.array([0, 1, 2])) == 2 * (samples * per_sample + evaluated)
+    meta["diverged_round"] = 1  # stopped after round 1: one round of local work
+    assert bound.run_flops(meta, np.array([0, 1])) == 2 * (samples // 2 * per_sample + 2 * (115 + 142 + 108 + 93) * 5)

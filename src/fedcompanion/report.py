@@ -123,9 +123,9 @@ def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed
 def machine() -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
     from .experiments import RUN_THREADS
 
+    cpu = platform.processor() or platform.machine()
     return (f"{os.cpu_count()} CPU cores ({cpu}), Python {platform.python_version()}, torch {torch.__version__}, "
             f"{RUN_THREADS} torch thread(s) per run and per notebook kernel")
 

@@ -49,9 +49,10 @@ def _execute_timed(notebook: Path, output: Path, parameters: dict, progress: boo
 
 
 def kernel_threads(parallel: int, cpus: int) -> int | None:
-    """OpenMP/MKL threads for each kernel when ``parallel`` notebooks share ``cpus`` cores: its share (two kernels
-    with two spinning OpenMP threads each on two cores were measured to crawl); ``None`` (the libraries' default)
-    for one at a time. Torch itself computes with one thread in every notebook (``resolve_parameters``)."""
+    """OpenMP/MKL/OpenBLAS threads for each kernel when ``parallel`` notebooks share ``cpus`` cores: its share
+    (two kernels with two spinning OpenMP threads each on two cores were measured to crawl); ``None`` (the
+    libraries' default) for one at a time. Torch itself computes with one thread in every notebook
+    (``resolve_parameters``)."""
     return max(1, cpus // parallel) if parallel > 1 else None
 
 

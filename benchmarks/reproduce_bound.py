@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,26 +30,15 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fedcompanion.algorithms import REGISTRY
+from fedcompanion import make
 from fedcompanion.engine import LocalWork, Schedule
 from fedcompanion.engine.schedule import batch_size_for
-from fedcompanion.experiments import ExperimentConfig, build_task
+from fedcompanion.experiments import RUN_THREADS, ExperimentConfig, build_task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine import gemm_peak  # noqa: E402  (benchmarks/engine.py: the same peak measurement)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def gemm_peak_one_thread(n: int = 2048, repeats: int = 10) -> float:
-    """float32 GFLOP/s of an n x n product on one thread (best of ``repeats``)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    best = float("inf")
-    for _ in range(repeats + 2):
-        tic = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - tic)
-    torch.set_num_threads(threads)
-    return 2 * n**3 / best / 1e9
 
 
 def linear_macs(model: nn.Module) -> tuple[int, int] | None:
@@ -79,8 +68,7 @@ def run_flops(meta: dict, history_rounds: np.ndarray) -> float | None:
     local = LocalWork(**config.local)
     schedule = Schedule(task, config.sampling, config.clients_per_round, local, config.seed, config.lr)
     sizes = task.client_sizes.numpy()
-    algorithm = REGISTRY[config.algorithm]
-    probe_rows = getattr(algorithm(**config.hyperparameters), "probe_samples", None)
+    algorithm = make(config.algorithm, **config.hyperparameters)
     played = meta["diverged_round"] or config.rounds
     samples = 0
     for r in range(played):
@@ -89,7 +77,7 @@ def run_flops(meta: dict, history_rounds: np.ndarray) -> float | None:
         widths = np.array([batch_size_for(int(n), local.batch_size) for n in sizes[active]])
         samples += int((info.steps.numpy() * widths).sum())
         if algorithm.needs_probe:
-            samples += int(np.minimum(sizes[active], probe_rows or np.inf).sum())
+            samples += int(np.minimum(sizes[active], algorithm.probe_samples or np.inf).sum())
     evaluated = 0
     if config.eval_train:
         evaluated += int(sizes.sum())
@@ -105,8 +93,8 @@ def main() -> None:
     parser.add_argument("--results", default=str(ROOT / "results"))
     args = parser.parse_args()
     folder = Path(args.results)
-    torch.set_num_threads(1)
-    peak = gemm_peak_one_thread()
+    torch.set_num_threads(RUN_THREADS)  # as every run of a sweep
+    peak = gemm_peak("cpu")
     cores = os.cpu_count() or 1
     counted, other = [], []
     for path in sorted(folder.glob("*.json")):
@@ -124,7 +112,7 @@ def main() -> None:
     print(f"float32 GEMM peak, one thread: {peak:.1f} GFLOP/s; {cores} cores")
     print(f"{len(counted)} runs of Linear-layer models: {tflop:.1f} TFLOP; their recorded compute time "
           f"{counted.compute.sum():.0f} s ({achieved:.1f} GFLOP/s per run process, {achieved / peak:.0%} of the "
-          f"one-thread peak, two processes sharing the machine)")
+          f"one-thread peak, as the sweeps ran them: {cores} processes at a time)")
     print(f"lower bound for them on {cores} cores at the peak: {bound:.0f} s")
     if len(other):
         print(f"{len(other)} other runs (ADMM solvers, two-block clustering), recorded wall time "

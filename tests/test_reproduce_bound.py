@@ -19,16 +19,30 @@ def test_linear_macs():
     assert bound.linear_macs(nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4, 2))) is None
 
 
+def _meta(algorithm, **hyperparameters):
+    config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=5), algorithm=algorithm,
+                              hyperparameters=hyperparameters, rounds=2, clients_per_round=None, lr=0.1,
+                              local=dict(steps=3, batch_size=2), eval_every=1, per_client_metrics=False)
+    return {"config": dict(config.__dict__), "diverged_round": None}
+
+
 def test_run_flops_by_hand():
     """4 least-squares clients (115, 142, 108, 93 rows), a 5 -> 1 linear model, full participation, 2 rounds of 3
     steps of batches of 2, evaluated on the training data at rounds 0, 1 and 2."""
-    config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=5), algorithm="fedavg",
-                              rounds=2, clients_per_round=None, lr=0.1, local=dict(steps=3, batch_size=2),
-                              eval_every=1, per_client_metrics=False)
-    meta = {"config": dict(config.__dict__), "diverged_round": None}
+    meta = _meta("fedavg")
     samples = 2 * 4 * 3 * 2  # rounds x clients x steps x batch
     per_sample = 5 + 5 + 0  # forward, weight gradient, nothing passed below the first layer
     evaluated = 3 * (115 + 142 + 108 + 93) * 5
     assert bound.run_flops(meta, np.array([0, 1, 2])) == 2 * (samples * per_sample + evaluated)
     meta["diverged_round"] = 1  # stopped after round 1: one round of local work
     assert bound.run_flops(meta, np.array([0, 1])) == 2 * (samples // 2 * per_sample + 2 * (115 + 142 + 108 + 93) * 5)
+
+
+def test_probes_are_counted_only_where_the_algorithm_probes():
+    """SCAFFOLD's option I probes each active client's full gradient every round, option II does not (a property of
+    the instance: read off the class it was always true, and counted probes that never ran)."""
+    rounds = np.array([0, 1, 2])
+    plain = bound.run_flops(_meta("fedavg"), rounds)
+    assert bound.run_flops(_meta("scaffold", option="II"), rounds) == plain
+    probes = 2 * (115 + 142 + 108 + 93) * (5 + 5)  # rounds x every client's rows x (forward + gradient)
+    assert bound.run_flops(_meta("scaffold", option="I"), rounds) == plain + 2 * probes

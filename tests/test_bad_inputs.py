@@ -236,6 +236,23 @@ def test_reproduce_shares_the_cores_between_kernels():
     assert (kernel_threads(2, 2), kernel_threads(2, 16), kernel_threads(4, 2)) == (1, 8, 1)
 
 
+def test_reproduce_gives_each_notebook_its_share_of_sweep_processes():
+    from fedcompanion.reproduce import sweep_jobs
+
+    assert (sweep_jobs(1, 2), sweep_jobs(2, 2), sweep_jobs(4, 16), sweep_jobs(4, 2)) == (2, 1, 4, 1)
+
+
+def test_reproduce_passes_jobs_only_to_the_notebooks_that_declare_it():
+    from fedcompanion.reproduce import ROOT, declared_parameters, notebooks
+
+    declaring = {nb.relative_to(ROOT / "notebooks").as_posix() for nb in notebooks() if "jobs" in declared_parameters(nb)}
+    assert {"00_tour.ipynb", "adafedadam/03_adafedadam.ipynb", "fedvra/04_against_baselines.ipynb"} <= declaring
+    assert "90_scale_out_with_flower.ipynb" not in declaring
+    for nb in notebooks():  # a notebook whose sweeps take their process count from a parameter declares it
+        if "jobs=P.jobs" in nb.read_text():
+            assert "jobs" in declared_parameters(nb), nb
+
+
 def test_data_errors_name_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDCOMPANION_DATA", str(tmp_path))
     with pytest.raises(DataError, match="SHA256SUMS is missing"):

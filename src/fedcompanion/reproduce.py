@@ -4,9 +4,11 @@
 Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` folder; its runs land in
 ``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
 figures in ``figures/``. ``--parallel`` notebooks run at the same time, the longest first (by the wall times
-recorded last time; one at a time, in reading order), each kernel with its share of the OpenMP/BLAS threads. The
-default, half the CPU count, gives each notebook the two processes its sweeps use: on two cores, one at a time (two
-at a time took 1667 s from an empty cache, one at a time 1652 s: the sweeps already keep both cores busy). No number
+recorded last time; one at a time, in reading order), each kernel with its share of the OpenMP/BLAS threads and
+its share of the cores for its sweeps' processes (``jobs``, passed to the notebooks that declare it). The default,
+one notebook per core, keeps every core busy while a notebook computes in its own kernel (one thread) or waits for
+its last run. On two cores from an empty cache: two at a time with one sweep process each, 1419 s; one at a time
+with two, 1652 s; two at a time with two each (four processes on two cores), 1667 s. No number
 depends on it: every run is the cache's (one torch thread each), every notebook computes with one torch thread
 (``resolve_parameters``) and has its own kernel. The wall time of each notebook and of the whole reproduction are
 recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims
@@ -56,6 +58,20 @@ def kernel_threads(parallel: int, cpus: int) -> int | None:
     return max(1, cpus // parallel) if parallel > 1 else None
 
 
+def sweep_jobs(parallel: int, cpus: int) -> int:
+    """Processes for each notebook's sweeps when ``parallel`` notebooks share ``cpus`` cores: its share, so that
+    the run processes of all the notebooks together fill the cores without outnumbering them (no number depends
+    on it: every run computes with one torch thread, in a worker or, with one job, in the kernel itself)."""
+    return max(1, cpus // parallel)
+
+
+def declared_parameters(notebook: Path) -> set[str]:
+    """The names in the notebook's ``parameters`` cell (papermill injects what it is given, declared or not)."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(notebook)))
+
+
 def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
     """``todo`` ordered by the wall time each notebook took last time, longest first (unknown ones first, in
     reading order): the schedule that keeps every worker busy to the end."""
@@ -75,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")
     parser.add_argument("--only", default="", help="run only notebooks whose path contains this")
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
-    parser.add_argument("--parallel", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                        help="notebooks executed at the same time (default: half the CPU count)")
+    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1,
+                        help="notebooks executed at the same time (default: the CPU count), each with its share of "
+                             "the cores for its sweeps")
     args = parser.parse_args(argv)
     if args.parallel < 1:
         print(f"error: --parallel must be >= 1, got {args.parallel}", file=sys.stderr)
@@ -91,16 +108,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile == "smoke":  # a smoke run must not overwrite the paper-scale results and figures
         params.update(results_dir="build/smoke-results", figures_dir="build/smoke-figures")
         results, figures = ROOT / "build" / "smoke-results", ROOT / "build" / "smoke-figures"
-    if args.parallel > 1:  # several at a time: longest first; one at a time: reading order
+    parallel = min(args.parallel, len(todo))  # more workers than notebooks would only take cores from them
+    if parallel > 1:  # several at a time: longest first; one at a time: reading order
         todo = longest_first(todo, read_timings(results).get("notebooks", {}))
-    threads = kernel_threads(args.parallel, os.cpu_count() or 1)
+    threads = kernel_threads(parallel, os.cpu_count() or 1)
+    jobs = sweep_jobs(parallel, os.cpu_count() or 1)
     start, failed = time.time(), []
-    with ProcessPoolExecutor(args.parallel, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
         futures = {}
         for nb in todo:
             rel = nb.relative_to(ROOT / "notebooks")
-            futures[pool.submit(_execute_timed, nb, out_dir / rel, params, args.parallel == 1, threads)] = rel
-        print(f"executing {len(todo)} notebooks, {args.parallel} at a time (profile={args.profile})", flush=True)
+            given = params | ({"jobs": jobs} if "jobs" in declared_parameters(nb) else {})
+            futures[pool.submit(_execute_timed, nb, out_dir / rel, given, parallel == 1, threads)] = rel
+        print(f"executing {len(todo)} notebooks, {parallel} at a time, {jobs} sweep process(es) each "
+              f"(profile={args.profile})", flush=True)
         for k, future in enumerate(as_completed(futures), 1):
             rel = futures[future]
             try:
@@ -117,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
               f"traceback in {out_dir.relative_to(ROOT)})", file=sys.stderr)
         return 1
     if len(todo) == len(notebooks()):
-        write_timings(results, {}, elapsed=elapsed, parallel=args.parallel)
+        write_timings(results, {}, elapsed=elapsed, parallel=parallel)
     written = sorted(p for p in figures.glob("*") if p.stat().st_mtime >= start)
     print(f"\nwrote {len(written)} figure files to {figures}:")
     for p in written:

@@ -245,7 +245,8 @@ def test_reproduce_gives_each_notebook_its_share_of_sweep_processes():
 def test_reproduce_passes_jobs_only_to_the_notebooks_that_declare_it():
     from fedcompanion.reproduce import ROOT, declared_parameters, notebooks
 
-    declaring = {nb.relative_to(ROOT / "notebooks").as_posix() for nb in notebooks() if "jobs" in declared_parameters(nb)}
+    declaring = {nb.relative_to(ROOT / "notebooks").as_posix() for nb in notebooks()
+                 if "jobs" in declared_parameters(nb)}
     assert {"00_tour.ipynb", "adafedadam/03_adafedadam.ipynb", "fedvra/04_against_baselines.ipynb"} <= declaring
     assert "90_scale_out_with_flower.ipynb" not in declaring
     for nb in notebooks():  # a notebook whose sweeps take their process count from a parameter declares it

@@ -6,9 +6,9 @@ Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` f
 figures in ``figures/``. ``--parallel`` notebooks run at the same time, the longest first (by the wall times
 recorded last time; one at a time, in reading order), each kernel with its share of the OpenMP/BLAS threads and
 its share of the cores for its sweeps' processes (``jobs``, passed to the notebooks that declare it). The default,
-one notebook per core, keeps every core busy while a notebook computes in its own kernel (one thread) or waits for
-its last run. On two cores from an empty cache: two at a time with one sweep process each, 1419 s; one at a time
-with two, 1652 s; two at a time with two each (four processes on two cores), 1667 s. No number
+one notebook per core, keeps the other cores working while a notebook computes in its own kernel (one thread) or
+waits for its last run. On two cores from an empty cache: two at a time with one sweep process each, 1419.5 s; one
+at a time with two, 1652 s; two at a time with two each (four processes on two cores), 1667 s. No number
 depends on it: every run is the cache's (one torch thread each), every notebook computes with one torch thread
 (``resolve_parameters``) and has its own kernel. The wall time of each notebook and of the whole reproduction are
 recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims

@@ -242,6 +242,12 @@ def test_reproduce_gives_each_notebook_its_share_of_sweep_processes():
     assert (sweep_jobs(1, 2), sweep_jobs(2, 2), sweep_jobs(4, 16), sweep_jobs(4, 2)) == (2, 1, 4, 1)
 
 
+def test_reproduce_default_runs_a_notebook_per_core_on_small_machines_and_per_two_cores_on_larger():
+    from fedcompanion.reproduce import default_parallel
+
+    assert [default_parallel(c) for c in (1, 2, 3, 4, 16)] == [1, 2, 3, 2, 8]
+
+
 def test_reproduce_passes_jobs_only_to_the_notebooks_that_declare_it():
     from fedcompanion.reproduce import ROOT, declared_parameters, notebooks
 

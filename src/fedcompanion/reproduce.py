@@ -5,10 +5,10 @@ Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` f
 ``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
 figures in ``figures/``. ``--parallel`` notebooks run at the same time, the longest first (by the wall times
 recorded last time; one at a time, in reading order), each kernel with its share of the OpenMP/BLAS threads and
-its share of the cores for its sweeps' processes (``jobs``, passed to the notebooks that declare it). The default,
-one notebook per core, keeps the other cores working while a notebook computes in its own kernel (one thread) or
-waits for its last run. On two cores from an empty cache: two at a time with one sweep process each, 1419.5 s; one
-at a time with two, 1652 s; two at a time with two each (four processes on two cores), 1667 s. No number
+its share of the cores for its sweeps' processes (``jobs``, passed to the notebooks that declare it). The default
+(:func:`default_parallel`) keeps the other cores working while a notebook computes in its own kernel (one thread)
+or waits for its last run. On two cores from an empty cache: two at a time with one sweep process each, 1419.5 s;
+one at a time with two, 1652 s; two at a time with two each (four processes on two cores), 1667 s. No number
 depends on it: every run is the cache's (one torch thread each), every notebook computes with one torch thread
 (``resolve_parameters``) and has its own kernel. The wall time of each notebook and of the whole reproduction are
 recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims
@@ -58,6 +58,13 @@ def kernel_threads(parallel: int, cpus: int) -> int | None:
     return max(1, cpus // parallel) if parallel > 1 else None
 
 
+def default_parallel(cpus: int) -> int:
+    """Notebooks at a time unless ``--parallel`` says otherwise: one per core below four cores (measured best on
+    two), else one per two cores, so that each notebook's sweeps keep two processes and the longest notebook
+    (the AdaFedAdam comparison) is not left to a single one."""
+    return max(1, cpus if cpus < 4 else cpus // 2)
+
+
 def sweep_jobs(parallel: int, cpus: int) -> int:
     """Processes for each notebook's sweeps when ``parallel`` notebooks share ``cpus`` cores: its share, so that
     the run processes of all the notebooks together fill the cores without outnumbering them (no number depends
@@ -91,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")
     parser.add_argument("--only", default="", help="run only notebooks whose path contains this")
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
-    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1,
-                        help="notebooks executed at the same time (default: the CPU count), each with its share of "
-                             "the cores for its sweeps")
+    parser.add_argument("--parallel", type=int, default=default_parallel(os.cpu_count() or 1),
+                        help="notebooks executed at the same time, each with its share of the cores for its sweeps "
+                             "(default: one per core below 4 cores, else one per 2 cores)")
     args = parser.parse_args(argv)
     if args.parallel < 1:
         print(f"error: --parallel must be >= 1, got {args.parallel}", file=sys.stderr)

@@ -55,7 +55,7 @@ def kernel_threads(parallel: int, cpus: int) -> int | None:
     (two kernels with two spinning OpenMP threads each on two cores were measured to crawl); ``None`` (the
     libraries' default) for one at a time. Torch itself computes with one thread in every notebook
     (``resolve_parameters``)."""
-    return max(1, cpus // parallel) if parallel > 1 else None
+    return sweep_jobs(parallel, cpus) if parallel > 1 else None
 
 
 def default_parallel(cpus: int) -> int:
@@ -66,9 +66,10 @@ def default_parallel(cpus: int) -> int:
 
 
 def sweep_jobs(parallel: int, cpus: int) -> int:
-    """Processes for each notebook's sweeps when ``parallel`` notebooks share ``cpus`` cores: its share, so that
-    the run processes of all the notebooks together fill the cores without outnumbering them (no number depends
-    on it: every run computes with one torch thread, in a worker or, with one job, in the kernel itself)."""
+    """Processes for each notebook's sweeps when ``parallel`` notebooks share ``cpus`` cores: its share of the cores
+    (the same share as :func:`kernel_threads`), so that the run processes of all the notebooks together fill the
+    cores without outnumbering them (no number depends on it: every run computes with one torch thread, in a worker
+    or, with one job, in the kernel itself)."""
     return max(1, cpus // parallel)
 
 

@@ -249,7 +249,7 @@ def test_reproduce_default_runs_a_notebook_per_core_on_small_machines_and_per_tw
 
 
 def test_reproduce_passes_jobs_only_to_the_notebooks_that_declare_it():
-    from fedcompanion.reproduce import ROOT, declared_parameters, notebooks
+    from fedcompanion.reproduce import ROOT, declared_parameters, notebook_parameters, notebooks
 
     declaring = {nb.relative_to(ROOT / "notebooks").as_posix() for nb in notebooks()
                  if "jobs" in declared_parameters(nb)}
@@ -258,6 +258,9 @@ def test_reproduce_passes_jobs_only_to_the_notebooks_that_declare_it():
     for nb in notebooks():  # a notebook whose sweeps take their process count from a parameter declares it
         if "jobs=P.jobs" in nb.read_text():
             assert "jobs" in declared_parameters(nb), nb
+    params = {"profile": "paper", "refresh": False}
+    assert notebook_parameters(ROOT / "notebooks" / "00_tour.ipynb", params, 1) == params | {"jobs": 1}
+    assert notebook_parameters(ROOT / "notebooks" / "90_scale_out_with_flower.ipynb", params, 1) == params
 
 
 def test_data_errors_name_the_file(tmp_path, monkeypatch):

@@ -80,6 +80,11 @@ def declared_parameters(notebook: Path) -> set[str]:
     return set(papermill.inspect_notebook(str(notebook)))
 
 
+def notebook_parameters(notebook: Path, params: dict, jobs: int) -> dict:
+    """What the notebook is executed with: ``params``, plus its sweeps' process count if it declares ``jobs``."""
+    return params | ({"jobs": jobs} if "jobs" in declared_parameters(notebook) else {})
+
+
 def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
     """``todo`` ordered by the wall time each notebook took last time, longest first (unknown ones first, in
     reading order): the schedule that keeps every worker busy to the end."""
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         futures = {}
         for nb in todo:
             rel = nb.relative_to(ROOT / "notebooks")
-            given = params | ({"jobs": jobs} if "jobs" in declared_parameters(nb) else {})
+            given = notebook_parameters(nb, params, jobs)
             futures[pool.submit(_execute_timed, nb, out_dir / rel, given, parallel == 1, threads)] = rel
         print(f"executing {len(todo)} notebooks, {parallel} at a time, {jobs} sweep process(es) each "
               f"(profile={args.profile})", flush=True)

@@ -8,7 +8,8 @@ step counts and batch sizes, every round the run actually played):
 
 - local steps: per sample, the forward product (M multiply-adds, M = sum of in x out over the layers), the weight
   gradient (M) and the gradient passed down to each layer but the first (M - M_1);
-- probes (AdaFedAdam, q-FedAvg): the same passes over each active client's probe data, every round;
+- probes (AdaFedAdam, SCAFFOLD option I): the same passes over each active client's probe data, every round;
+  q-FedAvg's probe (its losses only): the forward product;
 - evaluations: one forward pass over what the run evaluates (the test set; the clients' training data when it
   evaluates them; the clients' held-out splits), at every round its history records.
 
@@ -70,14 +71,14 @@ def run_flops(meta: dict, history_rounds: np.ndarray) -> float | None:
     sizes = task.client_sizes.numpy()
     algorithm = make(config.algorithm, **config.hyperparameters)
     played = meta["diverged_round"] or config.rounds
-    samples = 0
+    samples = probed = 0
     for r in range(played):
         info = schedule.info(r)
         active = info.clients.numpy()
         widths = np.array([batch_size_for(int(n), local.batch_size) for n in sizes[active]])
         samples += int((info.steps.numpy() * widths).sum())
         if algorithm.needs_probe:
-            samples += int(np.minimum(sizes[active], algorithm.probe_samples or np.inf).sum())
+            probed += int(np.minimum(sizes[active], algorithm.probe_samples or np.inf).sum())
     evaluated = 0
     if config.eval_train:
         evaluated += int(sizes.sum())
@@ -85,7 +86,8 @@ def run_flops(meta: dict, history_rounds: np.ndarray) -> float | None:
         evaluated += len(task.test.y)
     if task.client_test is not None:
         evaluated += int(task.client_test.sizes.sum())
-    return 2.0 * (samples * step_macs + len(history_rounds) * evaluated * m)
+    probe_macs = step_macs if algorithm.probe_gradient else m  # a loss-only probe is a forward pass
+    return 2.0 * (samples * step_macs + probed * probe_macs + len(history_rounds) * evaluated * m)
 
 
 def main() -> None:

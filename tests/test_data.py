@@ -13,12 +13,45 @@ def test_shipped_files_verify():
     assert verified_path("mnist/train-images-idx3-ubyte.gz").stat().st_size > 9_000_000
 
 
-def test_mnist_through_torchvision():
+def test_mnist_layout():
     train, test = load_dataset("mnist")
     assert train.x.shape == (60_000, 1, 28, 28) and test.x.shape == (10_000, 1, 28, 28)
     assert train.num_classes == 10
     assert np.bincount(train.y.numpy()).tolist()[:2] == [5923, 6742]  # the canonical class counts
     assert abs(float(train.x.mean())) < 0.01  # standardised
+
+
+def test_mnist_reader_gives_torchvisions_tensors_bit_for_bit(tmp_path):
+    import gzip
+
+    import torch
+    from torchvision.datasets import MNIST
+
+    from fedcompanion.data.loaders import MNIST_FILES, MNIST_STATS, _standardised
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in (*MNIST_FILES["train"], *MNIST_FILES["test"]):
+        (raw / name[: -len(".gz")]).write_bytes(gzip.decompress(verified_path(f"mnist/{name}").read_bytes()))
+    for ours, train in zip(load_dataset("mnist"), (True, False)):
+        reference = MNIST(str(tmp_path), train=train, download=False)
+        expected = _standardised(reference.data, reference.targets, *MNIST_STATS)
+        assert torch.equal(ours.x, expected.x) and torch.equal(ours.y, expected.y)
+        assert ours.x.dtype == torch.float32 and ours.y.dtype == torch.int64
+
+
+def test_idx_reader_rejects_other_files(tmp_path):
+    import gzip
+
+    from fedcompanion.data.loaders import read_idx
+
+    path = tmp_path / "x.gz"
+    path.write_bytes(gzip.compress(b"\x00\x00\x0d\x01" + (3).to_bytes(4, "big") + bytes(12)))  # float32 IDX
+    with pytest.raises(DataError, match="not an IDX file of unsigned bytes"):
+        read_idx(path)
+    path.write_bytes(gzip.compress(b"\x00\x00\x08\x01" + (5).to_bytes(4, "big") + bytes(3)))  # truncated
+    with pytest.raises(DataError, match="holds 3 bytes of data, its header says \\(5,\\)"):
+        read_idx(path)
 
 
 def test_qsar_layout():

@@ -44,3 +44,15 @@ def test_batched_float32_agrees_closely_for_one_round(small_mnist):
     loop = fc.run(small_mnist, fc.make("fedavg"), engine="loop", **kw)
     batched = fc.run(small_mnist, fc.make("fedavg"), engine="batched", **kw)
     assert float((loop.params - batched.params).norm() / (loop.params - x0).norm()) < 1e-5
+
+
+@pytest.mark.parametrize("samples", [None, 40])
+def test_loss_only_probe_gives_the_same_losses_bit_for_bit(small_mnist, samples):
+    """q-FedAvg's probe skips the gradients: a forward pass gives exactly the losses the autograd pass gives."""
+    noise = torch.randn(small_mnist.num_params, generator=torch.Generator().manual_seed(3))
+    x = small_mnist.init_params(0) + 0.01 * noise
+    clients = torch.tensor([3, 0, 7])
+    losses, grads = fc.engine.probe_loop(small_mnist, x, clients, samples, seed=1, round=2)
+    alone, none = fc.engine.probe_loop(small_mnist, x, clients, samples, seed=1, round=2, gradient=False)
+    assert torch.equal(losses, alone) and none is None and grads.shape == (3, small_mnist.num_params)
+    assert fc.make("qfedavg").probe_gradient is False and fc.make("adafedadam").probe_gradient is True

@@ -46,3 +46,10 @@ def test_probes_are_counted_only_where_the_algorithm_probes():
     assert bound.run_flops(_meta("scaffold", option="II"), rounds) == plain
     probes = 2 * (115 + 142 + 108 + 93) * (5 + 5)  # rounds x every client's rows x (forward + gradient)
     assert bound.run_flops(_meta("scaffold", option="I"), rounds) == plain + 2 * probes
+
+
+def test_loss_only_probes_count_a_forward_pass():
+    """q-FedAvg probes each active client's loss only: its rows times the forward product, every round."""
+    rounds = np.array([0, 1, 2])
+    probes = 2 * (115 + 142 + 108 + 93) * 5  # rounds x every client's rows x forward
+    assert bound.run_flops(_meta("qfedavg"), rounds) == bound.run_flops(_meta("fedavg"), rounds) + 2 * probes

@@ -44,3 +44,16 @@ def test_models_build_for_their_data():
     assert make_model("cnn", 784, 10)(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert make_model("cifar_cnn", 3072, 10)(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
     assert make_model("mlp", 784, 10, hidden=(128, 64))(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_client_value_and_grad_gives_torch_funcs_bits(small_mnist):
+    """One autograd pass gives exactly torch.func.grad_and_value's loss and gradient (float32 MLP, all rows or some)."""
+    x = small_mnist.init_params(1)
+    for i, rows in ((0, None), (5, torch.tensor([4, 0, 9, 2]))):
+        value, grad = small_mnist.client_value_and_grad(i, x, rows)
+        inputs, targets = small_mnist.client_data(i)
+        if rows is not None:
+            inputs, targets = inputs[rows], targets[rows]
+        l2 = float(small_mnist.client_l2[i])
+        expected_grad, expected = torch.func.grad_and_value(small_mnist.loss_fn)(x, inputs, targets, l2)
+        assert torch.equal(value, expected) and torch.equal(grad, expected_grad) and not value.requires_grad

@@ -184,9 +184,9 @@ class Task:
         loss = self.loss.per_sample(functional_call(self.model, leaves, (inputs,)), targets).mean()
         return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
 
-    def client_loss(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """f_i(x) on client i's full data."""
-        return self.loss_fn(x, *self.client_data(i), float(self.client_l2[i]))
+    def client_loss(self, i: int, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """f_i(x) on client i's full data (or on its ``rows``)."""
+        return self.loss_fn(x, *self._client_rows(i, rows), float(self.client_l2[i]))
 
     def client_grad(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """grad f_i(x) on client i's full data."""
@@ -194,12 +194,19 @@ class Task:
 
     def client_value_and_grad(self, i: int, x: torch.Tensor, rows: torch.Tensor | None = None
                               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(f_i(x), grad f_i(x)) on client i's full data (or on its ``rows``)."""
+        """(f_i(x), grad f_i(x)) on client i's full data (or on its ``rows``), by one autograd pass (the bits of
+        ``torch.func.grad_and_value``, without its first call's import of ``torch._dynamo``: seconds per process)."""
+        leaf = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = self.loss_fn(leaf, *self._client_rows(i, rows), float(self.client_l2[i]))
+        (grad,) = torch.autograd.grad(value, leaf)
+        return value.detach(), grad
+
+    def _client_rows(self, i: int, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         inputs, targets = self.client_data(i)
-        if rows is not None:
-            inputs, targets = inputs[rows.to(inputs.device)], targets[rows.to(targets.device)]
-        grad, value = torch.func.grad_and_value(self.loss_fn)(x, inputs, targets, float(self.client_l2[i]))
-        return value, grad
+        if rows is None:
+            return inputs, targets
+        return inputs[rows.to(inputs.device)], targets[rows.to(targets.device)]
 
     def global_loss(self, x: torch.Tensor) -> float:
         """F(x) = sum_i w_i f_i(x)."""

@@ -35,11 +35,14 @@ class Algorithm:
         name: registry name.
         needs_probe: whether ``client_update`` needs the probe (f_i(x_0), grad f_i(x_0)) of each active client.
         probe_samples: ``None``: the probe uses the client's full data; a number: a random subset of that many rows.
+        probe_gradient: ``False`` if ``client_update`` uses only the probe's losses (its gradients are then ``None``
+            and not computed).
     """
 
     name = "base"
     needs_probe = False
     probe_samples = None
+    probe_gradient = True
 
     # ------------------------------------------------------------------ state
     def init(self, task, x0: torch.Tensor) -> State:

@@ -29,6 +29,7 @@ class QFedAvg(Algorithm):
 
     name = "qfedavg"
     needs_probe = True
+    probe_gradient = False  # F_k(x^t) only
 
     def __init__(self, q: float = 1.0):
         self.q = check_number("q", q, low=0.0)

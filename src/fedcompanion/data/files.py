@@ -21,7 +21,7 @@ def data_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """A writable, git-ignored folder for derived files (decompressed MNIST, downloads)."""
+    """A writable, git-ignored folder for downloads (torchvision datasets that are not shipped)."""
     root = Path(os.environ.get("FEDCOMPANION_CACHE", data_dir().parent / "build" / "cache"))
     root.mkdir(parents=True, exist_ok=True)
     return root

@@ -88,18 +88,23 @@ def _layers(flat: torch.Tensor, like: list[torch.Tensor], copy: bool = False) ->
     return views
 
 
-def probe_loop(task, x0: torch.Tensor, clients, samples: int | None = None, seed: int = 0,
-               round: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def probe_loop(task, x0: torch.Tensor, clients, samples: int | None = None, seed: int = 0, round: int = 0,
+               gradient: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(f_i(x0), grad f_i(x0)) of each listed client, [K] and [K, P]: on its full data, or (``samples``) on a
-    random subset of that many rows drawn from the seeded mini-batch stream of (seed, round, client)."""
+    random subset of that many rows drawn from the seeded mini-batch stream of (seed, round, client).
+    ``gradient=False``: the losses only (a forward pass each, the same values bit for bit) and ``None``."""
     losses, grads = [], []
     for i in clients.tolist():
         rows = None
         if samples is not None and samples < int(task.client_sizes[i]):
             rows = batch_indices(seed, round, i, int(task.client_sizes[i]), 1, samples)[0]
-        value, grad = task.client_value_and_grad(i, x0, rows)
+        if gradient:
+            value, grad = task.client_value_and_grad(i, x0, rows)
+            grads.append(grad)
+        else:
+            with torch.no_grad():
+                value = task.client_loss(i, x0, rows)
         losses.append(value)
-        grads.append(grad)
     if not losses:
-        return x0.new_zeros(0), x0.new_zeros(0, len(x0))
-    return torch.stack(losses), torch.stack(grads)
+        return x0.new_zeros(0), (x0.new_zeros(0, len(x0)) if gradient else None)
+    return torch.stack(losses), (torch.stack(grads) if gradient else None)

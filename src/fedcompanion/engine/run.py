@@ -18,7 +18,8 @@ from .loop import probe_loop, train_loop
 from .sampling import make_sampler
 from .schedule import LocalWork
 
-# the probe (each active client's full-data loss and gradient at the global model) is one autograd pass per client:
+# the probe (each active client's full-data loss and gradient at the global model) is one autograd pass per client
+# (a forward pass only for the algorithms that use the losses alone):
 # measured faster than a padded vmap over the clients for both few large and many small clients
 ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop)}
 DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
@@ -26,7 +27,7 @@ DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and
 
 def register_engine(name: str, train, probe) -> None:
     """Add an engine: ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)``
-    and ``probe(task, x0, clients, samples, seed, round) -> (losses [K], grads [K, P])``."""
+    and ``probe(task, x0, clients, samples, seed, round, gradient=) -> (losses [K], grads [K, P] or None)``."""
     ENGINES[name] = (train, probe)
 
 
@@ -78,7 +79,8 @@ def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: 
         momentum_buffer=clients[MOMENTUM] if carried else None)
     probed = None
     if algorithm.needs_probe:
-        probed = probe(task, received["x"], info.clients, getattr(algorithm, "probe_samples", None), seed, info.round)
+        probed = probe(task, received["x"], info.clients, getattr(algorithm, "probe_samples", None), seed, info.round,
+                       gradient=getattr(algorithm, "probe_gradient", True))
     x_local, buffers = train(task, objective, info.clients, seed=seed, round=info.round, batch_size=local.batch_size)
     result = LocalResult(x_local, objective, probed, buffers)
     new_clients, uploads = algorithm.client_update(task, received, clients, info, result)

@@ -129,25 +129,28 @@ LOAD = textwrap.dedent("""
 """)
 
 
-def test_two_processes_fill_an_empty_mnist_cache_at_once(tmp_path):
+def test_two_processes_read_mnist_at_once_and_write_no_cache(tmp_path):
     env = {"FEDCOMPANION_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
     procs = [subprocess.Popen([sys.executable, "-c", LOAD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-500:] for _, err in outputs]
     assert outputs[0][0] == outputs[1][0] and outputs[0][0].split() == ["267236", "44434"]
-    assert not list((tmp_path / "MNIST" / "raw").glob("*.tmp"))
+    assert not list(tmp_path.iterdir())  # read from the shipped files: nothing decompressed to disk
 
 
-def test_a_damaged_mnist_cache_is_rebuilt(tmp_path, monkeypatch):
+def test_a_damaged_shipped_mnist_file_is_named(tmp_path, monkeypatch):
+    import shutil
+
     import fedcompanion as fc
+    from fedcompanion.data.files import data_dir
 
-    monkeypatch.setenv("FEDCOMPANION_CACHE", str(tmp_path))
-    fc.data.load_dataset("mnist")
-    labels = tmp_path / "MNIST" / "raw" / "train-labels-idx1-ubyte"
+    shutil.copytree(data_dir(), tmp_path / "data")
+    monkeypatch.setenv("FEDCOMPANION_DATA", str(tmp_path / "data"))
+    labels = tmp_path / "data" / "mnist" / "train-labels-idx1-ubyte.gz"
+    labels.chmod(0o644)
     data = bytearray(labels.read_bytes())
-    data[100] = 200  # the review's case: one label of 200 made a 201-class model
+    data[100] ^= 0xFF  # the review's case was one label of 200 making a 201-class model: the checksum stops it
     labels.write_bytes(bytes(data))
-    with pytest.warns(UserWarning, match="train-labels-idx1-ubyte does not match"):
-        train, _ = fc.data.load_dataset("mnist")
-    assert train.num_classes == 10 and int(train.y.max()) == 9
+    with pytest.raises(fc.data.DataError, match="train-labels-idx1-ubyte.gz is corrupted"):
+        fc.data.load_dataset("mnist")

@@ -61,3 +61,13 @@ def test_two_block_fedvra_reaches_a_stationary_point_and_fedavg_drifts(blobs):
 def test_two_block_needs_a_clustering_task(lsq):
     with pytest.raises(fc.ConfigError, match="clustering task"):
         fc.run(lsq, fc.make("two_block"), rounds=1)
+
+
+def test_two_block_asks_for_its_inner_algorithms_probe():
+    """The engine reads needs_probe, probe_samples and probe_gradient from the algorithm it runs: the two-block
+    wrapper must give its inner algorithm's (a subsampled probe stays subsampled, a loss-only probe loss-only)."""
+    for inner, hyperparameters in (("adafedadam", {"probe_samples": 64}), ("qfedavg", {}), ("fedvra", {})):
+        wrapped = fc.make("two_block", inner=inner, inner_hyperparameters=hyperparameters)
+        alone = fc.make(inner, **hyperparameters)
+        for attribute in ("needs_probe", "probe_samples", "probe_gradient"):
+            assert getattr(wrapped, attribute) == getattr(alone, attribute), (inner, attribute)

@@ -72,6 +72,14 @@ class TwoBlock(Algorithm):
     def needs_probe(self) -> bool:
         return self._inner.needs_probe
 
+    @property
+    def probe_samples(self) -> int | None:
+        return self._inner.probe_samples
+
+    @property
+    def probe_gradient(self) -> bool:
+        return self._inner.probe_gradient
+
     def init(self, task, x0):
         if task.loss.name != "cluster":
             raise ConfigError(f"two_block needs a clustering task (loss 'cluster'), got {task.loss.name!r}")

@@ -91,9 +91,22 @@ def _relayout(tensors: dict, like: dict) -> dict:
     return {n: torch.empty_like(like[n]).copy_(v) for n, v in tensors.items()}
 
 
-def _flat(params: dict, inverse: torch.Tensor) -> torch.Tensor:
-    """The per-layer [K, ...] tensors back to [K, P], in the caller's client order."""
-    return torch.cat([p.flatten(1) for p in params.values()], dim=1).index_select(0, inverse)
+def _in_order(task, flat: torch.Tensor, order: torch.Tensor) -> dict:
+    """[K, P] (an expanded [P] too) as contiguous per-layer [K, ...] tensors, rows taken in ``order``: one copy."""
+    order = order.to(flat.device)
+    return {n: v.index_select(0, order) for n, v in task.unflatten(flat).items()}
+
+
+def _flat(params: dict, order: torch.Tensor) -> torch.Tensor:
+    """The per-layer [K, ...] tensors (rows in ``order``) back to [K, P] in the caller's client order: one copy."""
+    first = next(iter(params.values()))
+    out = first.new_empty(len(first), sum(p[0].numel() for p in params.values()))
+    start, order = 0, order.to(out.device)
+    for p in params.values():
+        width = p[0].numel()
+        out[:, start : start + width].index_copy_(0, order, p.flatten(1))
+        start += width
+    return out
 
 
 def _uniform(v: torch.Tensor) -> bool:
@@ -141,18 +154,19 @@ def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, ba
     x_index = (rows + x_offsets[:, None, None]).transpose(0, 1).contiguous()
     y_index = (rows + y_offsets[order][:, None, None]).transpose(0, 1).contiguous()
     live_counts = (steps[None, :] > torch.arange(int(steps[0]), device=steps.device)[:, None]).sum(1).tolist()
-    params = {n: p.contiguous() for n, p in task.unflatten(objective.start[order]).items()}
+    params = _in_order(task, objective.start, order)
     buffers = None
     if objective.momentum != 0:
         start = objective.momentum_buffer
-        buffers = task.unflatten(torch.zeros_like(objective.start) if start is None else start[order])
-        buffers = {n: b.contiguous() for n, b in buffers.items()}
+        buffers = _in_order(task, start, order) if start is not None else \
+            {n: torch.zeros_like(p) for n, p in params.items()}
     prox = objective.prox[order]
     offset = None  # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
     if objective.linear is not None or bool((prox != 0).any()):
-        offset = torch.zeros_like(objective.start) if objective.linear is None else objective.linear.clone()
-        offset -= objective.prox[:, None] * objective.anchor
-        offset = {n: v.contiguous() for n, v in task.unflatten(offset[order]).items()}
+        offset = _in_order(task, objective.linear, order) if objective.linear is not None else \
+            {n: torch.zeros_like(p) for n, p in params.items()}
+        for name, pull in _in_order(task, objective.anchor, order).items():
+            offset[name] -= pull.mul_(_per_client(prox, pull))  # rho z, then c - rho z
     return _Round(order, steps, live_counts, x_index, y_index, weights, y_source, params, buffers, offset,
                   objective.lr[order], objective.scale[order], prox,
                   task.client_l2[clients[order]].to(task.device, task.dtype))
@@ -170,8 +184,7 @@ def train_batched(task, objective: LocalObjective, clients, *, seed: int, round:
         _mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
     else:
         _autograd_steps(task, plan, objective.momentum, objective.weight_decay)
-    inverse = torch.argsort(plan.order)
-    return _flat(plan.params, inverse), (None if plan.buffers is None else _flat(plan.buffers, inverse))
+    return _flat(plan.params, plan.order), (None if plan.buffers is None else _flat(plan.buffers, plan.order))
 
 
 def _autograd_steps(task, plan: _Round, momentum: float, decay: float) -> None:

@@ -1,14 +1,14 @@
 """Engine benchmark: rounds per second of fedcompanion's engines against a plain torch loop (and Flower's
 simulation engine when the ``[flower]`` extra is installed), side by side in one run.
 
-    python benchmarks/engine.py [--rounds 3] [--repeats 4] [--device cpu]
+    python benchmarks/engine.py [--rounds 3] [--repeats 4] [--ms 10 50 100] [--device cpu] [--output engine.csv]
 
 Workload (the same for every column): MNIST, MLP 784-200-200-10, 100 clients (Dirichlet 0.3), m clients per
 round sampled uniformly, one local epoch of mini-batches of 32, lr 0.05. Each column runs ``--rounds`` rounds
 after one warm-up round, ``--repeats`` times interleaved with the others; the table shows medians, with
 evaluation and start-up excluded. GFLOP/s count 6 x multiply-adds per sample processed (forward and backward);
 "% of peak" is against a float32 matrix product measured in the same run. Writes
-``benchmarks/results/engine.csv``.
+``benchmarks/results/engine.csv`` (``engine-DEVICE.csv`` off the CPU; ``--output`` names another file there).
 
 Columns: ``batched`` and ``loop`` are ``fc.run(..., engine=...)`` (FedAvg and FedVRA); ``plain torch`` is the same
 FedAvg round written as a plain ``nn.Module`` + ``torch.optim.SGD`` loop over the clients, one after another;
@@ -111,8 +111,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=4)
-    parser.add_argument("--ms", type=int, nargs="+", default=[10, 50])
+    parser.add_argument("--ms", type=int, nargs="+", default=[10, 50, 100])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--output", help="file name under benchmarks/results/ (default: engine.csv)")
     parser.add_argument("--no-flower", action="store_true")
     parser.add_argument("--flower-repeats", type=int, default=1, help="each repeat starts Ray anew (about 30 s)")
     args = parser.parse_args()
@@ -166,7 +167,7 @@ def main() -> int:
             f"{table.loc['batched fedavg', m] / table.loc['flower fedavg', m]:.2f} (m={m})" for m in args.ms))
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    name = "engine.csv" if device == "cpu" else f"engine-{device.replace(':', '')}.csv"
+    name = args.output or ("engine.csv" if device == "cpu" else f"engine-{device.replace(':', '')}.csv")
     frame.to_csv(out / name, index=False)
     print(f"wrote {out / name}")
     return 0

@@ -97,6 +97,10 @@ def _in_order(task, flat: torch.Tensor, order: torch.Tensor) -> dict:
     return {n: v.index_select(0, order) for n, v in task.unflatten(flat).items()}
 
 
+def _zeros_like(tensors: dict) -> dict:
+    return {n: torch.zeros_like(v) for n, v in tensors.items()}
+
+
 def _flat(params: dict, order: torch.Tensor) -> torch.Tensor:
     """The per-layer [K, ...] tensors (rows in ``order``) back to [K, P] in the caller's client order: one copy."""
     first = next(iter(params.values()))
@@ -158,13 +162,11 @@ def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, ba
     buffers = None
     if objective.momentum != 0:
         start = objective.momentum_buffer
-        buffers = _in_order(task, start, order) if start is not None else \
-            {n: torch.zeros_like(p) for n, p in params.items()}
+        buffers = _zeros_like(params) if start is None else _in_order(task, start, order)
     prox = objective.prox[order]
     offset = None  # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
     if objective.linear is not None or bool((prox != 0).any()):
-        offset = _in_order(task, objective.linear, order) if objective.linear is not None else \
-            {n: torch.zeros_like(p) for n, p in params.items()}
+        offset = _zeros_like(params) if objective.linear is None else _in_order(task, objective.linear, order)
         for name, pull in _in_order(task, objective.anchor, order).items():
             offset[name] -= pull.mul_(_per_client(prox, pull))  # rho z, then c - rho z
     return _Round(order, steps, live_counts, x_index, y_index, weights, y_source, params, buffers, offset,

@@ -79,8 +79,8 @@ def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: 
         momentum_buffer=clients[MOMENTUM] if carried else None)
     probed = None
     if algorithm.needs_probe:
-        probed = probe(task, received["x"], info.clients, getattr(algorithm, "probe_samples", None), seed, info.round,
-                       gradient=getattr(algorithm, "probe_gradient", True))
+        probed = probe(task, received["x"], info.clients, algorithm.probe_samples, seed, info.round,
+                       gradient=algorithm.probe_gradient)
     x_local, buffers = train(task, objective, info.clients, seed=seed, round=info.round, batch_size=local.batch_size)
     result = LocalResult(x_local, objective, probed, buffers)
     new_clients, uploads = algorithm.client_update(task, received, clients, info, result)

@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..memory import reuse_freed_memory
 from ..metrics import fairness
 from ..protocol import DIVERGENCE_FACTOR, GLOBAL, LocalResult, RoundInfo, RunResult, State, floats, has_diverged
 from ..validation import ConfigError, check_choice, check_device, check_number
@@ -223,6 +224,9 @@ def run(
         device: run on this device (``"cpu"``, ``"cuda"``); default: where the task is.
         progress: show a progress bar.
 
+    The first run in a process asks glibc's malloc to keep freed blocks for reuse (:mod:`fedcompanion.memory`;
+    ``FEDCOMPANION_SYSTEM_MALLOC=1`` opts out): where memory comes from, never the numbers.
+
     The history records, at each evaluation, ``train_loss`` and ``train_accuracy`` (size-weighted over the
     clients' training data), ``test_loss``/``test_accuracy`` (the task's test set), the fairness metrics of
     :mod:`fedcompanion.metrics`, ``uploaded_floats``/``downloaded_floats`` (counted from the messages) and
@@ -250,6 +254,7 @@ def run(
     if not eval_train and task.test is None:
         raise ConfigError("eval_train=False needs a task with a test set (divergence is judged on the test loss)")
     recorder = Recorder(task, extra_metrics, per_client_metrics, eval_train)
+    reuse_freed_memory()
     comm = {"uploaded_floats": 0, "downloaded_floats": 0}
     status, diverged_round, compute_time = "ok", None, 0.0
     start = time.perf_counter()

@@ -4,7 +4,7 @@ glibc serves every block above its mmap threshold with a fresh ``mmap`` and give
 is freed. The threshold adapts to the blocks a program frees, but never above 32 MiB, so every new [K, P]
 tensor of a round with many clients (40 MB for 50 clients of the MNIST MLP 784-200-200-10, 80 MB for 100) is
 mapped anew and the kernel zeroes and maps its pages one by one when it is first written: on this project's
-2-core machine a fresh [100, 200000] float32 product ``x * 2.0`` took 52 ms against 12 ms for the same product
+2-core machine a fresh [100, 200000] float32 product ``x * 2.0`` took about 50 ms against 12 ms for the same product
 into an existing tensor (``python -m fedcompanion.memory`` measures it). :func:`reuse_freed_memory` raises the
 mmap threshold (and the trim threshold, above which a heap's free top is given back) to 1 GiB, so such blocks
 come from the heap and a freed one is reused by the next. This is what PyTorch's caching allocator does on

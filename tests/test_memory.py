@@ -33,6 +33,10 @@ def test_a_64_mb_tensor_comes_from_the_heap_once_in_effect(monkeypatch):
 
 
 def test_opting_out_leaves_glibc_alone(monkeypatch):
+    def no_libc(*args, **kwargs):
+        raise AssertionError("reuse_freed_memory loaded libc although FEDCOMPANION_SYSTEM_MALLOC is set")
+
     monkeypatch.setenv(memory.OPT_OUT, "1")
     monkeypatch.setattr(memory, "_applied", None)
+    monkeypatch.setattr(memory.ctypes, "CDLL", no_libc)
     assert memory.reuse_freed_memory() is False

@@ -133,3 +133,27 @@ def test_fedvra_upload_counts(lsq, rule, vectors, scalars):
     expected = rounds * m * (vectors * p + scalars)
     assert r.metric("uploaded_floats").iloc[-1] == expected
     assert r.metric("downloaded_floats").iloc[-1] == rounds * m * p
+
+
+def test_kept_entries_own_their_memory_so_a_rounds_tensor_is_freed(lsq_sized):
+    """A client's new entry is row k of the round's [K, P] result: the state keeps a copy of that row only (a view
+    would keep the whole [K, P] alive), replaces exactly the active clients' entries and leaves the old tuple as
+    it was."""
+    from fedcompanion.protocol import replace_entries
+
+    old = tuple(torch.zeros(4, 3).unbind(0))
+    rows = torch.arange(6.0).reshape(2, 3)
+    new = replace_entries(old, torch.tensor([3, 1]), rows)
+    assert torch.equal(new[3], rows[0]) and torch.equal(new[1], rows[1])
+    assert new[0] is old[0] and new[2] is old[2]
+    assert all(e.untyped_storage().nbytes() == e.nbytes for e in (new[1], new[3]))
+    assert all(torch.equal(e, torch.zeros(3)) for e in old)
+    rows.add_(1.0)  # the round's tensor may be reused or freed: the kept entries do not change with it
+    assert torch.equal(new[3], torch.arange(3.0))
+    own = torch.ones(3)
+    assert replace_entries(old, torch.tensor([0]), [own])[0] is own  # a tensor of its own is kept as it is
+
+    algo = fc.make("fedvra", gamma=0.5)
+    state = algo.init(lsq_sized, torch.ones(lsq_sized.num_params, dtype=lsq_sized.dtype))
+    new_state = play_round(lsq_sized, algo, state, _full_round(lsq_sized, 0), engine="loop", local=WORK)[0]
+    assert all(e.untyped_storage().nbytes() == e.nbytes for e in new_state.clients["lam"])

@@ -9,12 +9,14 @@ run's files in the results folder:
 * ``<hash>.csv.gz``: the tidy history (``round, client, metric, value``);
 * ``<hash>.pt``: the final global model, only with ``save_params=True`` (``torch.save``; load it with
   ``weights_only=True``);
-* ``<hash>.json``: config, status, timings, and the SHA-256 and size of the other two, written last.
+* ``<hash>.json``: config, status, timings, the machine's numerical platform
+  (:func:`~fedcompanion.machine.numerical_platform`), and the SHA-256 and size of the other two, written last.
 
 Every file is written atomically (temp file, then rename). Loading verifies the JSON, the digests, the row
 count and the tensor shape; any mismatch warns, naming the file, and the run is recomputed. Every run in a
 sweep uses ``RUN_THREADS`` torch threads whatever ``jobs`` is, so a run's numbers depend only on its config
-and seed: not on ``jobs``, on the order of the sweep, or on what was cached before.
+and seed: not on ``jobs``, on the order of the sweep, or on what was cached before (on another CPU, or with
+another torch or BLAS, the last bits differ: hence the recorded platform).
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from .data.partition import PARTITIONS
 from .engine import LocalWork, run
 from .engine.run import ENGINES
 from .engine.sampling import SAMPLINGS
+from .machine import numerical_platform
 from .protocol import DIVERGENCE_FACTOR, RunResult
 from .validation import ConfigError, check_choice, check_device, check_number
 
@@ -332,7 +335,7 @@ def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path) 
     meta = {"config": config.key(), "label": config.label, "status": result.status,
             "diverged_round": result.diverged_round, "wall_time": result.wall_time, "timing": timing,
             "history": {"sha256": _sha256(history), "rows": len(result.history)}, "params": params,
-            "threads": RUN_THREADS}
+            "threads": RUN_THREADS, "platform": numerical_platform()}
     _atomic_write(folder / f"{h}.json", json.dumps(meta, indent=1).encode())
 
 

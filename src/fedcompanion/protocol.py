@@ -148,12 +148,8 @@ class State:
     def updated(self, server, clients: torch.Tensor, new_values: Mapping[str, object]) -> State:
         """A new state: ``server`` and, for each name in ``new_values``, the active clients' entries replaced."""
         merged = dict(self.clients)
-        ids = clients.tolist()
         for name, values in new_values.items():
-            entries = list(merged[name])
-            for k, i in enumerate(ids):
-                entries[i] = values[k]
-            merged[name] = tuple(entries)
+            merged[name] = replace_entries(merged[name], clients, values)
         return State(server, merged)
 
 
@@ -183,6 +179,23 @@ class ActiveClients(Mapping):
 
     def __len__(self) -> int:
         return len(self._clients)
+
+
+def replace_entries(entries: tuple, clients: torch.Tensor, values) -> tuple:
+    """A new tuple of per-client entries: ``values[k]`` (e.g. row k of the round's [K, ...] result) replaces
+    client ``clients[k]``'s entry; the other entries are the same objects.
+
+    An entry that is a view into a larger tensor is copied into memory of its own. A kept row would otherwise keep
+    its round's whole [K, P] tensor alive until every one of its K clients has been sampled again: up to several
+    times N x P entries in all, where a copy keeps exactly N, and a heap fragmented by those blocks has to grow,
+    i.e. take fresh pages from the kernel, each of which faults when first written."""
+    new = list(entries)
+    for k, i in enumerate(clients.tolist()):
+        entry = values[k]
+        if isinstance(entry, torch.Tensor) and entry.untyped_storage().nbytes() > entry.nbytes:
+            entry = entry.clone()
+        new[i] = entry
+    return tuple(new)
 
 
 def per_client(values: torch.Tensor) -> tuple[torch.Tensor, ...]:

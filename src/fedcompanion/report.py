@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -121,13 +120,10 @@ def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed
 
 
 def machine() -> str:
-    import torch
-
     from .experiments import RUN_THREADS
+    from .machine import describe
 
-    cpu = platform.processor() or platform.machine()
-    return (f"{os.cpu_count()} CPU cores ({cpu}), Python {platform.python_version()}, torch {torch.__version__}, "
-            f"{RUN_THREADS} torch thread(s) per run and per notebook kernel")
+    return f"{describe()}, {RUN_THREADS} torch thread(s) per run and per notebook kernel"
 
 
 def _escape(text: str) -> str:

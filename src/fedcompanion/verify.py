@@ -3,19 +3,31 @@
 
 Every selected run is recomputed in a temporary folder with the code as it is now, through ``sweep`` as the
 notebooks run it (one torch thread per run: with the default thread count runs differ in the last bits), and
-its history compared with the committed one: *bit-identical*, *within tolerance* (float64 runs: 1e-9 relative;
-float32 runs: 1e-4 relative, since the last bits of a float32 product depend on the CPU's instruction set), or
-*different*. Only results made by the current code are chosen (a different code fingerprint means *stale*: run
-``make reproduce`` and commit the new results). The command exits non-zero when a run differs or when the subset's
-runs are missing for this code.
+its history compared with the committed one. Only results made by the current code are chosen (a different code
+fingerprint means *stale*: run ``make reproduce`` and commit the new results). The command exits non-zero when a
+run differs or when the subset's runs are missing for this code.
 
-Why the tolerance: on one machine every run is bit-reproducible (fixed seeds, fixed torch threads per run,
-deterministic kernels). Across machines, float64 runs agree to about 1e-12 and float32 runs to about 1e-6 per round,
-which long or unstable runs can amplify; the figure-level conclusions do not depend on those bits.
+``--compare OTHER`` instead matches every run in ``--results`` with the run of the same config in another results
+folder (made by any code, on any machine: e.g. the committed results, after ``make reproduce`` on your machine) and
+counts how many histories are bit-identical and how far the others are (a report: it exits 0).
+
+What "the same" means depends on where the committed run was computed (each result records its machine's
+:func:`~fedcompanion.machine.numerical_platform`):
+
+* **on this platform** (same CPU instruction sets, torch and BLAS): the history must be *bit-identical*, as every
+  run is on one machine (fixed seeds, fixed torch threads per run, deterministic kernels);
+* **on another platform**, the kernels sum in another order and the last bits differ. Float64 runs must agree to
+  1e-9 of each metric's scale (its largest magnitude in the committed run, so that a quantity converging to zero is
+  not compared at its last, tiny value). Float32 training amplifies those bits from round to round (measured here
+  between two CPUs: 1e-6 at round 0, 1e-3 after ten rounds, 1e-2 after thirty), so for float32 runs only the
+  untrained model's evaluation (the first recorded round) must agree, to 1e-4; the difference after training is
+  printed. The float64 engine run of the smoke subset is what checks training across platforms.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import sys
 import tempfile
@@ -25,9 +37,10 @@ import numpy as np
 import pandas as pd
 
 from .experiments import ExperimentConfig, code_fingerprint, load_result, sweep
+from .machine import numerical_platform
 
 ROOT = Path(__file__).resolve().parents[2]
-TOLERANCE = {"float64": 1e-9, "float32": 1e-4}
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # across platforms; on the same platform: bit-identical
 FLOAT64_TASKS = ("least_squares", "qsar")  # the builders whose default dtype is float64
 
 
@@ -36,9 +49,10 @@ def _stored(results: Path) -> list[dict]:
     for path in sorted(results.glob("*.json")):
         try:
             meta = json.loads(path.read_text())
-            out.append(meta)
         except ValueError:
             continue
+        if isinstance(meta, dict) and isinstance(meta.get("config"), dict):
+            out.append({**meta, "_file": path.name})
     return out
 
 
@@ -85,23 +99,106 @@ def _config(meta: dict) -> ExperimentConfig:
 
 
 def compare(old: pd.DataFrame, new: pd.DataFrame) -> float:
-    """Largest relative difference between two histories (inf if their rows differ)."""
+    """Largest difference between two histories, relative to each metric's scale (its largest magnitude in
+    ``old``); inf if their rows differ or a value is NaN in one and not in the other."""
     if len(old) != len(new) or not (old[["round", "client", "metric"]].values == new[["round", "client", "metric"]]
                                      .values).all():
         return float("inf")
     a, b = old.value.to_numpy(float), new.value.to_numpy(float)
-    both_nan = np.isnan(a) & np.isnan(b)
-    scale = np.maximum(np.abs(a), 1e-12)
-    diff = np.where(both_nan, 0.0, np.abs(a - b) / scale)
-    return float(np.nanmax(diff, initial=0.0)) if not np.isnan(diff).any() else float("inf")
+    if (np.isnan(a) != np.isnan(b)).any():
+        return float("inf")
+    scale = old.value.abs().groupby(old.metric).transform("max").to_numpy(float)
+    diff = np.abs(a - b) / np.maximum(scale, 1e-300)
+    return float(np.max(np.where(np.isnan(a), 0.0, diff), initial=0.0))
+
+
+def judge(committed: pd.DataFrame, fresh: pd.DataFrame, dtype: str, same_platform: bool) -> tuple[bool, str]:
+    """(whether the recomputed history ``fresh`` vouches for ``committed``, the verdict in words)."""
+    difference = compare(committed, fresh)
+    if difference == 0:
+        return True, "bit-identical"
+    if same_platform:
+        return False, f"DIFFERENT on the platform that computed it (largest relative difference {difference:.1e})"
+    if dtype == "float64":
+        if difference <= TOLERANCE[dtype]:
+            return True, f"within tolerance on another platform ({difference:.1e} <= {TOLERANCE[dtype]:g}, float64)"
+        return False, f"DIFFERENT (largest relative difference {difference:.1e}, float64, another platform)"
+    first = committed["round"] == committed["round"].min()
+    untrained = compare(committed[first], fresh[first.to_numpy()])
+    after = f"after training up to {difference:.1e}"
+    if untrained <= TOLERANCE[dtype]:
+        return True, (f"untrained model within tolerance on another platform ({untrained:.1e} <= "
+                      f"{TOLERANCE[dtype]:g}, float32; {after})")
+    return False, f"DIFFERENT (the untrained model's evaluation by {untrained:.1e}, float32, another platform)"
+
+
+def platform_difference(recorded: dict | None) -> str:
+    """Which fields of the recorded platform differ from this machine's ("" if none)."""
+    here = numerical_platform()
+    if recorded is None:
+        return "not recorded"
+    return "; ".join(f"{key}: {recorded.get(key)!r} there, {value!r} here" for key, value in here.items()
+                     if recorded.get(key) != value)
+
+
+def _without_code(config: dict) -> str:
+    return json.dumps({k: v for k, v in config.items() if k != "code"}, sort_keys=True)
+
+
+def _histories(folder: Path) -> dict[str, tuple[dict, pd.DataFrame]]:
+    """Every run in ``folder`` whose history matches its recorded digest, by its config without the code
+    fingerprint."""
+    out = {}
+    for meta in _stored(folder):
+        path = folder / f"{Path(meta.get('_file', '')).stem}.csv.gz"
+        data = path.read_bytes() if path.exists() else b""
+        if hashlib.sha256(data).hexdigest() == meta.get("history", {}).get("sha256"):
+            out[_without_code(meta["config"])] = (meta, pd.read_csv(io.BytesIO(data), compression="gzip"))
+    return out
+
+
+def compare_folders(ours: Path, theirs: Path) -> pd.DataFrame:
+    """One row per run in ``ours``: its label, algorithm, dtype, and against the same config's run in ``theirs``
+    ``outcome`` (``bit-identical``, ``different`` or ``only here``) with the largest difference relative to each
+    metric's scale (inf: the histories have different rows, e.g. a run diverged in one and not the other)."""
+    other = _histories(theirs)
+    rows = []
+    for key, (meta, history) in _histories(ours).items():
+        config = meta["config"]
+        dtype = "float64" if config["task"] in FLOAT64_TASKS else "float32"
+        row = dict(label=meta.get("label", ""), algorithm=config["algorithm"], dtype=dtype)
+        if key not in other:
+            rows.append({**row, "outcome": "only here", "difference": float("nan")})
+            continue
+        difference = compare(other[key][1], history)
+        rows.append({**row, "outcome": "bit-identical" if difference == 0 else "different", "difference": difference})
+    return pd.DataFrame(rows, columns=["label", "algorithm", "dtype", "outcome", "difference"])
+
+
+def _print_comparison(table: pd.DataFrame, ours: Path, theirs: Path) -> None:
+    counts = table.groupby(["dtype", "outcome"]).size().unstack(fill_value=0)
+    print(f"{len(table)} runs in {ours}, matched by config with {theirs}:")
+    print(counts.to_string())
+    differing = table[table.outcome == "different"]
+    if len(differing):
+        finite = differing[np.isfinite(differing.difference)]
+        print(f"different histories: {len(differing) - len(finite)} with other rows (a run diverged in one only)"
+              + ("" if finite.empty else "; the others by a median relative difference of "
+                 + ", ".join(f"{g.difference.median():.1e} ({dtype}, largest {g.difference.max():.1e})"
+                             for dtype, g in finite.groupby("dtype"))))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subset", choices=[*SUBSETS, "figures"], default="smoke")
     parser.add_argument("--results", default=str(ROOT / "results"))
+    parser.add_argument("--compare", metavar="OTHER", help="another results folder: count the runs of --results "
+                        "whose history is bit-identical to the same config's run there")
     args = parser.parse_args(argv)
     results = Path(args.results)
+    if args.compare:
+        _print_comparison(compare_folders(results, Path(args.compare)), results, Path(args.compare))
+        return 0
     stored = _stored(results)
     chosen = select(args.subset, stored)
     stale = [m for m in stored if m["config"].get("code") != code_fingerprint()]
@@ -111,22 +208,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the committed results hold only {len(chosen)} of the {wanted} runs of subset "
               f"{args.subset!r} for this code: run `make reproduce` and commit results/", file=sys.stderr)
         return 1
-    failures = 0
+    failures, reported = 0, set()
     with tempfile.TemporaryDirectory() as tmp:
         for meta in chosen:
             config = _config(meta)
             committed, _ = load_result(config, results)
             sweep([config], tmp, jobs=1, progress=False)  # the notebooks' path, with its fixed thread count
             fresh, _ = load_result(config, tmp)
+            elsewhere = platform_difference(meta.get("platform"))
+            if elsewhere and elsewhere not in reported:
+                reported.add(elsewhere)
+                print(f"  committed on another platform ({elsewhere})")
             dtype = "float64" if config.task in FLOAT64_TASKS else "float32"
-            difference = compare(committed, fresh)
-            if difference == 0:
-                verdict = "bit-identical"
-            elif difference <= TOLERANCE[dtype]:
-                verdict = f"within tolerance ({difference:.1e} <= {TOLERANCE[dtype]:g}, {dtype})"
-            else:
-                verdict = f"DIFFERENT (largest relative difference {difference:.1e}, {dtype})"
-                failures += 1
+            ok, verdict = judge(committed, fresh, dtype, same_platform=not elsewhere)
+            failures += not ok
             print(f"  {config.label or config.algorithm:40s} {config.algorithm:10s} seed {config.seed}: {verdict}")
     return 1 if failures else 0
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..protocol import LocalObjective, RoundInfo, per_client
+from ..protocol import LocalObjective, RoundInfo, per_client, replace_entries
 from ..validation import ConfigError, check_choice, check_number
 from .base import Algorithm, ServerState, delta, register
 
@@ -140,7 +140,8 @@ class FedVRA(Algorithm):
     def client_update(self, task, received, clients, info, result):
         d_i = delta(received, result)
         a = _stepsize("dual_stepsize", self.dual_stepsize, info, d_i.dtype)
-        lam = clients["lam"] - (a * clients["gamma"])[:, None] * d_i  # (9): lambda_i + a gamma (x_0 - x_i)
+        # (9): lambda_i + a gamma (x_0 - x_i) = lambda_i - a gamma Delta_i, with one [K, P] result and no temporary
+        lam = torch.mul(d_i, -(a * clients["gamma"])[:, None]).add_(clients["lam"])
         uploads = {"delta": d_i, "a": a} if self.server_update_rule == "split" else {"delta": d_i, "lam": lam}
         return {"lam": lam}, uploads
 
@@ -152,10 +153,7 @@ class FedVRA(Algorithm):
         if self.server_update_rule == "split":
             lam = server.lam - (w * uploads["a"] * gamma) @ d_i  # Step 19, from the uploaded a_i
         else:  # eq. (10) needs every lambda_i: the server keeps a copy of each
-            entries = list(copies)
-            for k, i in enumerate(info.clients.tolist()):
-                entries[i] = uploads["lam"][k]
-            copies = tuple(entries)
+            copies = replace_entries(copies, info.clients, uploads["lam"])
             lam = info.weights.to(d_i.dtype) @ torch.stack(copies)
         x = server.x + server.beta * ((w * d * gamma) @ d_i) - server.beta * lam  # Step 20
         return dataclasses.replace(server, x=x, lam=lam, lam_copies=copies)
@@ -197,14 +195,12 @@ class FedADMM(Algorithm):
 
     def server_update(self, server, info, uploads):
         w = info.weights.to(server.x.dtype)
-        entries = list(server.lam_copies)
-        for k, i in enumerate(info.clients.tolist()):
-            entries[i] = uploads["lam"][k]
+        entries = replace_entries(server.lam_copies, info.clients, uploads["lam"])
         lam = w @ torch.stack(entries)
         # sum_i w_i x_i with x_i = x_0 for the inactive clients
         model_sum = w.sum() * server.x + info.active_weights.to(w.dtype) @ (uploads["x"] - server.x)
         x = (self.gamma * model_sum - lam) / (self.gamma * w.sum())
-        return FedADMMServer(x, tuple(entries))
+        return FedADMMServer(x, entries)
 
 
 @dataclass(frozen=True)

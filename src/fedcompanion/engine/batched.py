@@ -31,6 +31,7 @@ the arithmetic, bounds small problems. Other models go through ``torch.func.vmap
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -323,7 +324,7 @@ def _product_then_offset(target, product, offset, *, beta: float, alpha: float, 
     if offset is None:
         target.baddbmm_(left, right, beta=beta, alpha=alpha)
         return
-    width = max(1, BLOCK_BYTES // (target[0].numel() * target.element_size()))
+    width = max(1, BLOCK_BYTES // (math.prod(target.shape[1:]) * target.element_size()))
     for lo in range(0, len(target), width):
         block = target[lo : lo + width]
         block.baddbmm_(left[lo : lo + width], right[lo : lo + width], beta=beta, alpha=alpha)
@@ -343,26 +344,24 @@ def _momentum_updates(flat: tuple, lr: float, decay: float) -> None:
 
 class _LiveViews:
     """Views of the first n clients' parameters, momentum buffers and offsets, made once per n: per layer
-    (weight [n, out, in], bias [n, out, 1] or None) and as flat lists for the element-wise updates."""
+    (weight [n, out, in], bias [n, out, 1] or None), and (:meth:`flat`, for the momentum updates) as flat lists."""
 
     def __init__(self, plan: _Round, layers):
-        self.plan, self.layers, self.cache = plan, layers, {}
+        self.plan, self.layers, self.cache, self.flat_cache = plan, layers, {}, {}
 
     def _layer_views(self, tensors: dict | None, n: int):
         if tensors is None:
             return None
         return [(tensors[w][:n], None if b is None else tensors[b][:n].unsqueeze(-1)) for w, b in self.layers]
 
-    def _make(self, n: int):
-        plan = self.plan
-        per_layer = [self._layer_views(d, n) for d in (plan.params, plan.buffers, plan.offset)]
-        flat = tuple(None if v is None else [x for pair in v for x in pair if x is not None] for v in per_layer)
-        return per_layer, flat
-
     def __call__(self, n: int):
         if n not in self.cache:
-            self.cache[n] = self._make(n)
-        return self.cache[n][0]
+            plan = self.plan
+            self.cache[n] = [self._layer_views(d, n) for d in (plan.params, plan.buffers, plan.offset)]
+        return self.cache[n]
 
     def flat(self, n: int):
-        return self.cache[n][1]
+        if n not in self.flat_cache:
+            self.flat_cache[n] = tuple(None if v is None else [x for pair in v for x in pair if x is not None]
+                                       for v in self(n))
+        return self.flat_cache[n]

@@ -1,0 +1,81 @@
+"""make verify's verdicts: bit-identity on the platform that computed a run, tolerances across platforms."""
+import pandas as pd
+
+from fedcompanion.experiments import ExperimentConfig, load_result, sweep
+from fedcompanion.machine import numerical_platform
+from fedcompanion.verify import compare, judge, platform_difference
+
+
+def history(values, rounds=(0, 0, 1, 1), metrics=("loss", "grad_sq", "loss", "grad_sq")):
+    return pd.DataFrame({"round": list(rounds), "client": -1, "metric": list(metrics), "value": list(values)})
+
+
+def test_differences_are_relative_to_each_metrics_scale():
+    old = history([2.0, 1.0, 1.0, 1e-20])
+    new = history([2.0, 1.0, 1.0, 2e-20])  # doubled, but 1e-20 of the metric's scale (1.0)
+    assert compare(old, new) == 1e-20
+    assert compare(old, history([2.0, 1.0, 1.5, 1e-20])) == 0.25  # 0.5 of the loss's scale 2.0
+    assert compare(old, history([2.0, 1.0, float("nan"), 1e-20])) == float("inf")
+    assert compare(old, history([2.0, 1.0, 1.0], rounds=(0, 0, 1), metrics=("loss", "grad_sq", "loss"))) == \
+        float("inf")
+
+
+def test_the_platform_that_computed_a_run_must_give_its_bits():
+    old = history([2.0, 1.0, 1.0, 0.5])
+    assert judge(old, old.copy(), "float64", same_platform=True) == (True, "bit-identical")
+    ok, verdict = judge(old, history([2.0, 1.0, 1.0, 0.5 + 1e-15]), "float64", same_platform=True)
+    assert not ok and "DIFFERENT" in verdict
+
+
+def test_another_platform_float64_within_tolerance_of_the_scale():
+    old = history([2.0, 1.0, 1.0, 0.5])
+    assert judge(old, history([2.0, 1.0, 1.0, 0.5 + 1e-12]), "float64", same_platform=False)[0]
+    assert not judge(old, history([2.0, 1.0, 1.0, 0.5 + 1e-6]), "float64", same_platform=False)[0]
+
+
+def test_another_platform_float32_checks_the_untrained_model_only():
+    old = history([2.0, 1.0, 1.0, 0.5])
+    ok, verdict = judge(old, history([2.0, 1.0, 1.2, 0.4]), "float32", same_platform=False)
+    assert ok and "after training up to 1.0e-01" in verdict
+    ok, verdict = judge(old, history([2.1, 1.0, 1.0, 0.5]), "float32", same_platform=False)
+    assert not ok and "untrained" in verdict
+
+
+def test_platform_difference_names_the_fields_that_differ():
+    here = numerical_platform()
+    assert platform_difference(dict(here)) == ""
+    assert platform_difference(None) == "not recorded"
+    other = {**here, "cpu_capability": "AVX2"}
+    assert platform_difference(other) == f"cpu_capability: 'AVX2' there, {here['cpu_capability']!r} here"
+
+
+def test_stored_runs_record_their_platform(tmp_path):
+    config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=3),
+                              algorithm="fedavg", rounds=2, clients_per_round=2, lr=0.1, seed=0)
+    sweep([config], tmp_path, jobs=1, progress=False)
+    _, meta = load_result(config, tmp_path)
+    assert meta["platform"] == numerical_platform()
+    assert set(meta["platform"]) == {"cpu", "isa", "cpu_capability", "torch", "blas", "system"}
+
+
+def test_compare_folders_matches_runs_by_config_whatever_code_made_them(tmp_path, monkeypatch):
+    import dataclasses
+
+    import fedcompanion.experiments as experiments
+    from fedcompanion.experiments import run_config, store
+    from fedcompanion.verify import compare_folders
+
+    base = dict(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="fedavg", rounds=2,
+                clients_per_round=2, seed=0)
+    same, changed, alone = (ExperimentConfig(**base, lr=lr) for lr in (0.1, 0.2, 0.3))
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    sweep([same, changed, alone], ours, jobs=1, progress=False)
+    monkeypatch.setattr(experiments, "code_fingerprint", lambda: "other-code")  # their runs: made by other code
+    store(same, run_config(same), theirs)
+    result = run_config(changed)
+    history = result.history.copy()
+    history.loc[history.metric == "train_loss", "value"] *= 1 + 1e-3
+    store(changed, dataclasses.replace(result, history=history), theirs)
+    table = compare_folders(ours, theirs)
+    assert sorted(table.outcome) == ["bit-identical", "different", "only here"]
+    assert 1e-4 < table[table.outcome == "different"].difference.iloc[0] < 1e-2  # train_loss scaled by 1 + 1e-3

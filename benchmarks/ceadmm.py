@@ -8,13 +8,15 @@ PATH is a local copy of https://github.com/ShenglongZhou/ICEADMM (not shipped wi
 the paper's non-IID linear regression (200 clients, n = 100, k0 = 10) and QSAR logistic regression in the
 authors' setting (64 clients, mu = 1e-3, k0 = 5, ``curvature='gram'`` for ICEADMM, which is what their code
 does). Time per iteration is measured as (t(N2) - t(N1)) / (N2 - N1) for both sides, so set-up cancels; set-up
-is reported apart. The objective trajectories f(y^k) of both sides are compared as a faithfulness check.
+is reported apart. fedcompanion's times are medians of ``--repeats`` interleaved runs, the authors' one run each
+(a minute each under Octave). The objective trajectories f(y^k) of both sides are compared as a faithfulness check.
 Writes ``benchmarks/results/ceadmm.csv``.
 """
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -79,6 +81,7 @@ def authors(task, problem, method, k0, iterations, solvers: Path, work: Path):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--authors-code", type=Path, help="folder holding ICEADMM4LinearReg.m and ICEADMM4LogistReg.m")
+    parser.add_argument("--repeats", type=int, default=5, help="timings of fedcompanion's runs (medians)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     use_octave = args.authors_code is not None
@@ -99,9 +102,13 @@ def main() -> int:
         n1, n2 = spec["lengths"]
         with tempfile.TemporaryDirectory() as tmp:
             for method, hp in spec["runs"].items():
-                t1, _ = ours(task, method, spec["k0"], hp, n1)
-                t2, f_ours = ours(task, method, spec["k0"], hp, n2)
-                quiet, _ = ours(task, method, spec["k0"], hp, n2, record_every=n2)
+                times = {"t1": [], "t2": [], "quiet": []}
+                for _ in range(args.repeats):  # interleaved, medians: one timing of a ~1 s run is noisy
+                    times["t1"].append(ours(task, method, spec["k0"], hp, n1)[0])
+                    t, f_ours = ours(task, method, spec["k0"], hp, n2)
+                    times["t2"].append(t)
+                    times["quiet"].append(ours(task, method, spec["k0"], hp, n2, record_every=n2)[0])
+                t1, t2, quiet = (statistics.median(times[k]) for k in ("t1", "t2", "quiet"))
                 per_it = (t2 - t1) / (n2 - n1)
                 overhead = (t2 - quiet) / quiet
                 row = dict(problem=problem, method=method, hyperparameters=str(hp), k0=spec["k0"], setup_s=setup,

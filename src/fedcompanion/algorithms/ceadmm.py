@@ -104,6 +104,11 @@ class ClientBlocks:
         return cls(a, y, mask, sizes.to(**opts), task.weights.to(**opts), task.client_l2.to(**opts), task.loss,
                    sparse)
 
+    @functools.cached_property
+    def regularised(self) -> bool:
+        """Whether some client has mu_i != 0."""
+        return bool((self.l2 != 0).any())
+
     @property
     def uses_gram(self) -> bool:
         """Least squares with n <= d_max: values and gradients from H_i = A_i^T A_i / d_i, one pass over
@@ -319,6 +324,8 @@ class ConsensusADMM:
             return b.evaluate(x)
         grad = -pi / b.weights[:, None]
         e = x - b.anchor
+        if not b.regularised:  # mu_i = 0: the same numbers without the terms that vanish
+            return b.floor + 0.5 * (e * grad).sum(1), grad
         reg = b.l2[:, None] * x
         return b.floor + 0.5 * (e * (grad - reg)).sum(1) + 0.5 * (reg * x).sum(1), grad
 
@@ -386,8 +393,9 @@ class ConsensusADMM:
                 f_x, grad_x = self._evaluate_local(b, x, pi)
             compute += time.perf_counter() - tic
             if record:
-                lagrangian = b.weights @ f_x + (pi * (x - y)).sum() + 0.5 * (sigma * ((x - y) ** 2).sum(1)).sum()
-                values[k] = torch.tensor([f_y, float(b.weights @ f_x), float(lagrangian), grad_sq_y, comm, accuracy],
+                f_big_x, gap = b.weights @ f_x, x - y
+                lagrangian = f_big_x + (pi * gap).sum() + 0.5 * (sigma * (gap * gap).sum(1)).sum()
+                values[k] = torch.tensor([f_y, float(f_big_x), float(lagrangian), grad_sq_y, comm, accuracy],
                                          dtype=torch.float64)
                 recorded.append(k)
                 compute_times.append(compute)

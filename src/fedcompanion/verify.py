@@ -112,6 +112,11 @@ def compare(old: pd.DataFrame, new: pd.DataFrame) -> float:
     return float(np.max(np.where(np.isnan(a), 0.0, diff), initial=0.0))
 
 
+def _untrained(history: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the first recorded round (the model before any training)."""
+    return history[history["round"] == history["round"].min()].reset_index(drop=True)
+
+
 def judge(committed: pd.DataFrame, fresh: pd.DataFrame, dtype: str, same_platform: bool) -> tuple[bool, str]:
     """(whether the recomputed history ``fresh`` vouches for ``committed``, the verdict in words)."""
     difference = compare(committed, fresh)
@@ -123,8 +128,7 @@ def judge(committed: pd.DataFrame, fresh: pd.DataFrame, dtype: str, same_platfor
         if difference <= TOLERANCE[dtype]:
             return True, f"within tolerance on another platform ({difference:.1e} <= {TOLERANCE[dtype]:g}, float64)"
         return False, f"DIFFERENT (largest relative difference {difference:.1e}, float64, another platform)"
-    first = committed["round"] == committed["round"].min()
-    untrained = compare(committed[first], fresh[first.to_numpy()])
+    untrained = compare(_untrained(committed), _untrained(fresh))
     after = f"after training up to {difference:.1e}"
     if untrained <= TOLERANCE[dtype]:
         return True, (f"untrained model within tolerance on another platform ({untrained:.1e} <= "
@@ -160,7 +164,8 @@ def _histories(folder: Path) -> dict[str, tuple[dict, pd.DataFrame]]:
 def compare_folders(ours: Path, theirs: Path) -> pd.DataFrame:
     """One row per run in ``ours``: its label, algorithm, dtype, and against the same config's run in ``theirs``
     ``outcome`` (``bit-identical``, ``different`` or ``only here``) with the largest difference relative to each
-    metric's scale (inf: the histories have different rows, e.g. a run diverged in one and not the other)."""
+    metric's scale over the whole history (``difference``; inf: the histories have different rows, e.g. a run
+    diverged in one and not the other, or in another round) and over the first recorded round (``untrained``)."""
     other = _histories(theirs)
     rows = []
     for key, (meta, history) in _histories(ours).items():
@@ -168,11 +173,12 @@ def compare_folders(ours: Path, theirs: Path) -> pd.DataFrame:
         dtype = "float64" if config["task"] in FLOAT64_TASKS else "float32"
         row = dict(label=meta.get("label", ""), algorithm=config["algorithm"], dtype=dtype)
         if key not in other:
-            rows.append({**row, "outcome": "only here", "difference": float("nan")})
+            rows.append({**row, "outcome": "only here", "difference": float("nan"), "untrained": float("nan")})
             continue
         difference = compare(other[key][1], history)
-        rows.append({**row, "outcome": "bit-identical" if difference == 0 else "different", "difference": difference})
-    return pd.DataFrame(rows, columns=["label", "algorithm", "dtype", "outcome", "difference"])
+        rows.append({**row, "outcome": "bit-identical" if difference == 0 else "different", "difference": difference,
+                     "untrained": compare(_untrained(other[key][1]), _untrained(history))})
+    return pd.DataFrame(rows, columns=["label", "algorithm", "dtype", "outcome", "difference", "untrained"])
 
 
 def _print_comparison(table: pd.DataFrame, ours: Path, theirs: Path) -> None:
@@ -182,10 +188,13 @@ def _print_comparison(table: pd.DataFrame, ours: Path, theirs: Path) -> None:
     differing = table[table.outcome == "different"]
     if len(differing):
         finite = differing[np.isfinite(differing.difference)]
-        print(f"different histories: {len(differing) - len(finite)} with other rows (a run diverged in one only)"
+        print(f"different histories: {len(differing) - len(finite)} with other rows (diverged on one machine only, "
+              "or in another round)"
               + ("" if finite.empty else "; the others by a median relative difference of "
                  + ", ".join(f"{g.difference.median():.1e} ({dtype}, largest {g.difference.max():.1e})"
                              for dtype, g in finite.groupby("dtype"))))
+        print("first recorded round (the untrained model), largest relative difference: " + ", ".join(
+            f"{g.untrained.max():.1e} ({dtype})" for dtype, g in differing.groupby("dtype")))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -343,6 +343,20 @@ class CacheMiss(Exception):
     """A run's files are absent, or present but not what their JSON vouches for (the message says which)."""
 
 
+def read_history(path: Path, expected: dict) -> pd.DataFrame:
+    """The history in ``path`` if it is what its JSON vouches for (``expected``: its ``history`` entry, the sha256 and
+    row count); raises :class:`CacheMiss` naming the file otherwise."""
+    if not path.exists():
+        raise CacheMiss(f"{path} is missing")
+    data = path.read_bytes()
+    if _sha256(data) != expected.get("sha256"):
+        raise CacheMiss(f"{path} does not match its recorded digest (truncated or edited?)")
+    history = pd.read_csv(io.BytesIO(data), compression="gzip")
+    if len(history) != expected.get("rows") or list(history.columns) != ["round", "client", "metric", "value"]:
+        raise CacheMiss(f"{path} does not have the recorded rows and columns")
+    return history
+
+
 def _load(config: ExperimentConfig, folder: Path, with_params: bool = False):
     """(history, meta[, params]) of a cached run; raises :class:`CacheMiss`."""
     h = config.hash()
@@ -356,14 +370,9 @@ def _load(config: ExperimentConfig, folder: Path, with_params: bool = False):
         raise CacheMiss(f"{meta_path} is not a valid results record ({type(exc).__name__})") from exc
     if meta.get("config") != json.loads(json.dumps(config.key(), default=list)):
         raise CacheMiss(f"{meta_path} describes another config")
-    if not history_path.exists():
-        raise CacheMiss(f"{history_path} is missing")
-    data = history_path.read_bytes()
-    if _sha256(data) != expected.get("sha256"):
-        raise CacheMiss(f"{history_path} does not match its recorded digest (truncated or edited?)")
-    history = pd.read_csv(io.BytesIO(data), compression="gzip")
-    if len(history) != expected.get("rows") or list(history.columns) != ["round", "client", "metric", "value"]:
-        raise CacheMiss(f"{history_path} does not have the recorded rows and columns")
+    if not isinstance(expected, dict):
+        raise CacheMiss(f"{meta_path} is not a valid results record (history)")
+    history = read_history(history_path, expected)
     if not with_params:
         return history, meta
     if meta.get("params") is None:

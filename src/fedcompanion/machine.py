@@ -37,7 +37,7 @@ def _blas() -> str:
     import torch
 
     info = torch.__config__.show()
-    for pattern in (r"Math Kernel Library Version ([\w.\-]+)", r"OpenBLAS ([\w.\-]+)"):
+    for pattern in (r"Math Kernel Library Version ([\d.]+)", r"OpenBLAS ([\d.]+)"):
         found = re.search(pattern, info)
         if found:
             return ("MKL " if "Math" in pattern else "OpenBLAS ") + found.group(1)

@@ -3,9 +3,10 @@
 glibc serves every block above its mmap threshold with a fresh ``mmap`` and gives it back to the system when it
 is freed. The threshold adapts to the blocks a program frees, but never above 32 MiB, so every new [K, P]
 tensor of a round with many clients (40 MB for 50 clients of the MNIST MLP 784-200-200-10, 80 MB for 100) is
-mapped anew and the kernel zeroes and maps its pages one by one when it is first written: on this project's
-2-core machine a fresh [100, 200000] float32 product ``x * 2.0`` took about 50 ms against 12 ms for the same product
-into an existing tensor (``python -m fedcompanion.memory`` measures it). :func:`reuse_freed_memory` raises the
+mapped anew and the kernel zeroes and maps its pages one by one when it is first written: a fresh [100, 200000]
+float32 product ``x * 2.0`` took about 17 ms against 4 ms for the same product into an existing tensor on this
+project's current 2-core machine (about 50 ms against 12 ms on its previous one; ``python -m fedcompanion.memory``
+measures it). :func:`reuse_freed_memory` raises the
 mmap threshold (and the trim threshold, above which a heap's free top is given back) to 1 GiB, so such blocks
 come from the heap and a freed one is reused by the next. This is what PyTorch's caching allocator does on
 GPUs; the price is the same: the process keeps the memory it freed (its resident size stays near its peak).

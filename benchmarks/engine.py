@@ -11,7 +11,9 @@ evaluation and start-up excluded. GFLOP/s count 6 x multiply-adds per sample pro
 repeats; the best of these, so that a slow moment at the start cannot inflate the percentages). Writes
 ``benchmarks/results/engine.csv`` (``engine-DEVICE.csv`` off the CPU; ``--output`` names another file there).
 
-Columns: ``batched`` and ``loop`` are ``fc.run(..., engine=...)`` (FedAvg and FedVRA); ``plain torch`` is the same
+Columns: ``batched`` and ``loop`` are ``fc.run(..., engine=...)`` (FedAvg and FedVRA; on a CPU the batched engine
+runs each client on one thread, ``fedcompanion.engine.clientwise``); ``batched products`` (CPU only) is the batched
+engine with its products over all clients, as on a GPU (``batched.CLIENTWISE = False``); ``plain torch`` is the same
 FedAvg round written as a plain ``nn.Module`` + ``torch.optim.SGD`` loop over the clients, one after another;
 ``flower`` is the same FedAvg round as a Flower simulation (``fedcompanion.flower``).
 """
@@ -28,7 +30,7 @@ import pandas as pd
 import torch
 
 import fedcompanion as fc
-from fedcompanion.engine import batch_indices
+from fedcompanion.engine import batch_indices, batched
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,11 +53,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def engine_round_rate(task, m, algorithm, hp, engine, rounds, device) -> float:
-    """Rounds per second of ``fc.run`` (evaluation excluded: its timing counts computation only)."""
+def engine_round_rate(task, m, algorithm, hp, engine, rounds, device, clientwise=True) -> float:
+    """Rounds per second of ``fc.run`` (evaluation excluded: its timing counts computation only); ``clientwise=False``:
+    the batched engine's products over clients on a CPU too (its GPU path)."""
+    batched.CLIENTWISE = clientwise
     result = fc.run(task, fc.make(algorithm, **hp), rounds, m, seed=1, engine=engine, lr=0.05,
                     local=fc.LocalWork(epochs=1.0, batch_size=32), per_client_metrics=False, eval_every=10**6,
                     device=device)
+    batched.CLIENTWISE = True
     return rounds / float(result.timing.compute_time.iloc[-1])
 
 
@@ -124,11 +129,15 @@ def main() -> int:
     peaks = [gemm_peak(device)]
     threads = torch.get_num_threads()
     print(f"device {device}, {threads} torch threads; float32 matrix-product peak {peaks[0]:.0f} GFLOP/s")
-    def engine_column(engine, algorithm, hp):
-        return lambda m: engine_round_rate(task, m, algorithm, hp, engine, args.rounds, device)
+    def engine_column(engine, algorithm, hp, clientwise=True):
+        return lambda m: engine_round_rate(task, m, algorithm, hp, engine, args.rounds, device, clientwise)
 
+    algorithms = (("fedavg", {}), ("fedvra", {"gamma": 0.1}))
     columns = {f"{engine} {name}": engine_column(engine, name, hp) for engine in ("batched", "loop")
-               for name, hp in (("fedavg", {}), ("fedvra", {"gamma": 0.1}))}
+               for name, hp in algorithms}
+    if device == "cpu":
+        columns.update({f"batched products {name}": engine_column("batched", name, hp, clientwise=False)
+                        for name, hp in algorithms})
     columns["plain torch fedavg"] = lambda m: plain_round_rate(task, m, args.rounds, device)
     if not args.no_flower and device == "cpu":
         columns["flower fedavg"] = lambda m: flower_round_rate(m, args.rounds)
@@ -166,6 +175,11 @@ def main() -> int:
     base = table.loc["plain torch fedavg"]
     print("\nratios at each m: batched / plain torch = " + ", ".join(
         f"{table.loc['batched fedavg', m] / base[m]:.2f} (m={m})" for m in args.ms))
+    if "batched products fedavg" in table.index:
+        for name in ("fedavg", "fedvra"):
+            print(f"                   batched / batched products ({name}) = " + ", ".join(
+                f"{table.loc[f'batched {name}', m] / table.loc[f'batched products {name}', m]:.2f} (m={m})"
+                for m in args.ms))
     print("                   loop / plain torch    = " + ", ".join(
         f"{table.loc['loop fedavg', m] / base[m]:.2f} (m={m})" for m in args.ms))
     if "flower fedavg" in table.index:

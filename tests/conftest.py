@@ -4,7 +4,25 @@ import pytest
 import torch
 
 from fedcompanion import tasks
+from fedcompanion.engine import batched
 from fedcompanion.models import Centroids
+
+
+@pytest.fixture(params=["clientwise", "products"])
+def mlp_path(request, monkeypatch):
+    """The batched engine's two paths for MLPs on a CPU: each client in a thread (the default) and the products
+    batched over clients (a GPU's). The test fails if its runs never took the path."""
+    monkeypatch.setattr(batched, "CLIENTWISE", request.param == "clientwise")
+    name = "clientwise_steps" if request.param == "clientwise" else "_mlp_steps"
+    original, calls = getattr(batched, name), []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(batched, name, counted)
+    yield request.param
+    assert calls, f"no run took the {request.param} path"
 
 
 @pytest.fixture(scope="session")

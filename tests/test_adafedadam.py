@@ -309,7 +309,7 @@ def test_local_momentum_and_weight_decay_are_torch_sgd(lsq_sized, carry):
 
 
 @pytest.mark.parametrize("carry", [False, True])
-def test_batched_engine_momentum_equals_the_loop_engine(carry):
+def test_batched_engine_momentum_equals_the_loop_engine(carry, mlp_path):
     task = fc.tasks.federated_dataset_task("mnist", 12, "dirichlet", "mlp", seed=1, alpha=0.5, hidden=(8,),
                                            l2=1e-3, dtype=torch.float64)
     work = fc.LocalWork(steps_range=(1, 5), batch_size=8, momentum=0.9, weight_decay=5e-4, momentum_reset=not carry)

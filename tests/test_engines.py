@@ -4,6 +4,8 @@ Compared in float64, where the two agree to rounding; in float32 a ReLU pre-acti
 within rounding of zero can flip in one engine only (see fedcompanion.engine.batched).
 """
 import importlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,8 +15,7 @@ import fedcompanion as fc
 FAMILIES = [("fedavg", {}), ("fedadam", {"server_lr": 0.01}),
             ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),
             ("fedadmm", {"gamma": 0.3}), ("feddyn", {"alpha": 0.3}), ("scaffold", {"option": "II"}),
-            ("scaffold", {"option": "I"}),
-            ("fedvra", {"gamma": [0.1 + 0.02 * i for i in range(30)]})]  # per-client gamma: the autograd path
+            ("scaffold", {"option": "I"})]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,16 @@ def mnist64():
 
 
 @pytest.mark.parametrize("name,hp", FAMILIES, ids=[f"{n}-{h}" for n, h in FAMILIES])
-def test_batched_matches_loop_on_mnist_mlp(mnist64, name, hp):
+def test_batched_matches_loop_on_mnist_mlp(mnist64, name, hp, mlp_path):
+    _batched_matches_loop(mnist64, name, hp)
+
+
+def test_batched_matches_loop_with_per_client_gamma(mnist64):
+    """A step size or proximal weight that differs between clients takes the autograd path."""
+    _batched_matches_loop(mnist64, "fedvra", {"gamma": [0.1 + 0.02 * i for i in range(30)]})
+
+
+def _batched_matches_loop(mnist64, name, hp):
     kw = dict(rounds=5, clients_per_round=6, seed=2, lr=0.05, local=fc.LocalWork(steps_range=(1, 6), batch_size=8),
               eval_every=5, per_client_metrics=False)
     loop = fc.run(mnist64, fc.make(name, **hp), engine="loop", **kw)
@@ -38,27 +48,63 @@ def test_offset_subtracted_block_by_block_gives_the_same_numbers(mnist64, monkey
     two clients in the first layer (784 x 16 float64 each) give bit for bit the numbers of one block of all six."""
     kw = dict(rounds=3, clients_per_round=6, seed=2, lr=0.05, local=fc.LocalWork(steps_range=(1, 6), batch_size=8),
               eval_every=3, per_client_metrics=False)
+    batched = importlib.import_module("fedcompanion.engine.batched")
+    monkeypatch.setattr(batched, "CLIENTWISE", False)
     whole = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="batched", **kw)
-    monkeypatch.setattr(importlib.import_module("fedcompanion.engine.batched"), "BLOCK_BYTES", 2 * 784 * 16 * 8)
+    monkeypatch.setattr(batched, "BLOCK_BYTES", 2 * 784 * 16 * 8)
     blocks = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="batched", **kw)
     loop = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="loop", **kw)
     assert torch.equal(whole.params, blocks.params)
     assert float((loop.params - blocks.params).norm() / loop.params.norm()) < 1e-10
 
 
-def test_batched_matches_loop_full_batch_unequal_sizes(lsq_sized):
+def test_batched_matches_loop_full_batch_unequal_sizes(lsq_sized, mlp_path):
     kw = dict(rounds=5, lr=0.05, local=fc.LocalWork(epochs=2.0, batch_size=None), per_client_metrics=False)
     loop = fc.run(lsq_sized, fc.make("fedvra", gamma=0.5), engine="loop", **kw)
     batched = fc.run(lsq_sized, fc.make("fedvra", gamma=0.5), engine="batched", **kw)
     assert torch.allclose(loop.params, batched.params, rtol=0, atol=1e-13)
 
 
-def test_batched_float32_agrees_closely_for_one_round(small_mnist):
+def test_batched_float32_agrees_closely_for_one_round(small_mnist, mlp_path):
     kw = dict(rounds=1, clients_per_round=5, per_client_metrics=False, local=fc.LocalWork(steps=5))
     x0 = small_mnist.init_params(0)
     loop = fc.run(small_mnist, fc.make("fedavg"), engine="loop", **kw)
     batched = fc.run(small_mnist, fc.make("fedavg"), engine="batched", **kw)
     assert float((loop.params - batched.params).norm() / (loop.params - x0).norm()) < 1e-5
+
+
+THREADS_SCRIPT = """
+import sys, torch
+torch.set_num_interop_threads(int(sys.argv[1]))
+torch.set_num_threads(int(sys.argv[2]))
+import fedcompanion as fc
+task = fc.tasks.federated_dataset_task("mnist", 20, "dirichlet", "mlp", seed=0, alpha=0.5, hidden=(16,))
+kw = dict(rounds=2, clients_per_round=7, seed=1, per_client_metrics=False, local=fc.LocalWork(epochs=1.0))
+first = fc.run(task, fc.make("fedvra", gamma=0.3), **kw).params
+again = fc.run(task, fc.make("fedvra", gamma=0.3), **kw).params
+assert torch.equal(first, again)
+torch.save(first, sys.argv[3])
+"""
+
+
+def test_clientwise_numbers_do_not_depend_on_the_thread_counts(tmp_path):
+    """Each client's steps run on one thread whichever it is: 1, 2 or 3 inter-op threads and 1 or 2 intra-op
+    threads give the same bits (float32), and a second run in the same process repeats the first."""
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS_SCRIPT)
+    params = []
+    for interop, intraop in [(1, 1), (2, 2), (3, 1)]:
+        out = tmp_path / f"{interop}-{intraop}.pt"
+        subprocess.run([sys.executable, str(script), str(interop), str(intraop), str(out)], check=True)
+        params.append(torch.load(out))
+    assert all(torch.equal(params[0], p) for p in params[1:])
+
+
+def test_clients_are_dealt_to_the_thread_with_the_least_work():
+    from fedcompanion.engine.clientwise import chains
+
+    assert chains([5, 4, 3, 3, 1], 2) == [[0, 3], [1, 2, 4]]
+    assert chains([2], 4) == [[0]] and chains([3, 1], 1) == [[0, 1]]
 
 
 @pytest.mark.parametrize("samples", [None, 40])

@@ -27,7 +27,10 @@ gradient's product (``W.baddbmm_(delta^T, a, beta=1 - eta * decay, alpha=-eta * 
 times. Without momentum, the constant offset c - rho z is subtracted right after each layer's product, a few
 clients at a time, while their block is still in cache; with momentum, what is left of a step is one
 ``torch._foreach_*`` call per operation over all layers. A step costs a few calls per layer: the step count, not
-the arithmetic, bounds small problems. Other models go through ``torch.func.vmap`` and autograd.
+the arithmetic, bounds small problems. That is the path on a GPU. On a CPU the same MLP steps run one client at a
+time per thread instead (:mod:`.clientwise`), each client's parameters staying in its core's cache over all its
+steps: 1.1-1.2x the batched products' rounds per second for FedAvg and FedVRA in ``benchmarks/engine.py`` (its
+``batched products`` column: ``CLIENTWISE = False``). Other models go through ``torch.func.vmap`` and autograd.
 """
 from __future__ import annotations
 
@@ -39,7 +42,10 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..protocol import LocalObjective
+from .clientwise import OUTPUT_GRADIENT_LOSSES, clientwise_steps, output_gradient
 from .schedule import batch_indices, batch_size_for
+
+CLIENTWISE = True  # on a CPU, an MLP's clients run one per thread (.clientwise); False: the batched products
 
 
 def _layer_grads(task, params: dict, inputs, targets, weights, l2):
@@ -60,8 +66,8 @@ def _layer_grads(task, params: dict, inputs, targets, weights, l2):
 
 
 def _batches(task, clients, steps, seed: int, round: int, batch_size: int | None):
-    """Row indices [K, Q, B] into each client's own data and weights [K, Q, B] (1/B_k on real rows, 0 on
-    padding)."""
+    """Row indices [K, Q, B] into each client's own data, weights [K, Q, B] (1/B_k on real rows, 0 on
+    padding) and the widths B_k."""
     sizes = task.client_sizes[clients].tolist()
     widths = [batch_size_for(n, batch_size) for n in sizes]
     k, q, b = len(sizes), int(steps.max()), max(widths)
@@ -70,7 +76,7 @@ def _batches(task, clients, steps, seed: int, round: int, batch_size: int | None
     for j, (i, n, w, qi) in enumerate(zip(clients.tolist(), sizes, widths, steps.tolist())):
         rows[j, :qi, :w] = batch_indices(seed, round, i, n, qi, batch_size)
         weights[j, :qi, :w] = 1.0 / w
-    return rows.to(task.device), weights.to(task.device)
+    return rows.to(task.device), weights.to(task.device), widths
 
 
 def _targets(task, objective: LocalObjective, clients) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,6 +135,7 @@ class _Round:
     x_index: torch.Tensor      # [Q, K, B] rows of task.x_all in each client's mini-batch t (step-major)
     y_index: torch.Tensor      # [Q, K, B] the same rows of y_source
     weights: torch.Tensor      # [K, Q, B] 1/B_k on real rows, 0 on padding
+    widths: list               # B_k: each client's real rows per mini-batch
     y_source: torch.Tensor     # targets laid out back to back
     params: dict               # layer name -> [K, ...]
     buffers: dict | None       # momentum buffers, like params
@@ -154,7 +161,7 @@ class _Round:
 def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, batch_size: int | None) -> _Round:
     order = torch.argsort(objective.steps, descending=True, stable=True)
     steps = objective.steps[order]
-    rows, weights = _batches(task, clients[order], steps, seed, round, batch_size)
+    rows, weights, widths = _batches(task, clients[order], steps, seed, round, batch_size)
     y_source, y_offsets = _targets(task, objective, clients)
     x_offsets = task.offsets[clients[order]].to(task.device)
     x_index = (rows + x_offsets[:, None, None]).transpose(0, 1).contiguous()
@@ -169,9 +176,12 @@ def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, ba
     offset = None  # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
     if objective.linear is not None or bool((prox != 0).any()):
         offset = _zeros_like(params) if objective.linear is None else _in_order(task, objective.linear, order)
-        for name, pull in _in_order(task, objective.anchor, order).items():
-            offset[name] -= pull.mul_(_per_client(prox, pull))  # rho z, then c - rho z
-    return _Round(order, steps, live_counts, x_index, y_index, weights, y_source, params, buffers, offset,
+        anchor, shared = objective.anchor, objective.anchor.stride(0) == 0  # shared: one z (an expanded [P])
+        pulls = _in_order(task, anchor[:1], order[:1] * 0) if shared else _in_order(task, anchor, order)
+        rho = prox[:1] if shared and _uniform(prox) else prox
+        for name, pull in pulls.items():
+            offset[name] -= pull * _per_client(rho, pull)  # rho z (for a shared z and rho, once), then c - rho z
+    return _Round(order, steps, live_counts, x_index, y_index, weights, widths, y_source, params, buffers, offset,
                   objective.lr[order], objective.scale[order], prox,
                   task.client_l2[clients[order]].to(task.device, task.dtype))
 
@@ -183,9 +193,10 @@ def train_batched(task, objective: LocalObjective, clients, *, seed: int, round:
         return objective.start.clone(), (objective.start.clone() if objective.momentum != 0 else None)
     plan = _prepare(task, objective, clients, seed, round, batch_size)
     layers = mlp_layers(task.model)
-    if layers is not None and task.loss.name in _OUTPUT_GRADIENTS and all(
+    if layers is not None and task.loss.name in OUTPUT_GRADIENT_LOSSES and all(
             _uniform(v) for v in (plan.lr, plan.scale, plan.prox, plan.l2)):
-        _mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
+        mlp_steps = clientwise_steps if CLIENTWISE and task.x_all.device.type == "cpu" else _mlp_steps
+        mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
     else:
         _autograd_steps(task, plan, objective.momentum, objective.weight_decay)
     return _flat(plan.params, plan.order), (None if plan.buffers is None else _flat(plan.buffers, plan.order))
@@ -245,19 +256,6 @@ def mlp_layers(model: nn.Module) -> list[tuple[str, str | None]] | None:
     return layers
 
 
-def _cross_entropy_grad(z, y, w):
-    g = torch.softmax(z, -1)
-    g.scatter_add_(-1, y.unsqueeze(-1), torch.full(y.shape + (1,), -1.0, dtype=g.dtype, device=g.device))
-    return g.mul_(w.unsqueeze(-1))
-
-
-_OUTPUT_GRADIENTS = {  # d (sum_j w_j loss_j) / d output, for output [n, B, C] and targets [n, B]
-    "cross_entropy": _cross_entropy_grad,
-    "logistic": lambda z, y, w: (torch.sigmoid(z) - y.unsqueeze(-1)).mul_(w.unsqueeze(-1)),
-    "squared": lambda z, y, w: (z - y.unsqueeze(-1)).mul_(w.unsqueeze(-1)),
-}
-
-
 def _mlp_steps(task, plan: _Round, layers, momentum: float, weight_decay: float) -> None:
     """Local steps of an MLP with every client sharing eta, s, rho and mu_i: forward and backward passes as
     batched products, each weight and bias update fused into its gradient's product (a bias gradient is
@@ -268,14 +266,14 @@ def _mlp_steps(task, plan: _Round, layers, momentum: float, weight_decay: float)
     b <- b + decay x + o and x <- x - eta b."""
     lr, s = float(plan.lr[0]), float(plan.scale[0])
     decay = s * float(plan.l2[0]) + float(plan.prox[0]) + weight_decay  # d = s g + decay x + offset
-    output_grad = _OUTPUT_GRADIENTS[task.loss.name]
+    loss = task.loss.name
     inputs = task.x_all.reshape(len(task.x_all), -1)
     ones = plan.weights.new_ones(len(plan.steps), plan.weights.shape[2], 1)
     views = _LiveViews(plan, layers)
     for t, n in enumerate(plan.live_counts):
         a, y = plan.batch(t, n, inputs)
         params, buffers, offsets = views(n)
-        delta, acts = _mlp_forward(params, a, y, plan.weights[:n, t], output_grad)
+        delta, acts = _mlp_forward(params, a, y, plan.weights[:n, t], loss)
         for j in range(len(params) - 1, -1, -1):
             weight, bias = params[j]
             # the gradient for the layer below, with this layer's weights before their update
@@ -295,7 +293,7 @@ def _mlp_steps(task, plan: _Round, layers, momentum: float, weight_decay: float)
             _momentum_updates(views.flat(n), lr, decay)
 
 
-def _mlp_forward(params, a, y, weights, output_grad):
+def _mlp_forward(params, a, y, weights, loss: str):
     """Forward pass of the first n clients' MLPs; returns d loss / d output and each layer's input."""
     acts = []
     for j, (weight, bias) in enumerate(params):
@@ -304,7 +302,7 @@ def _mlp_forward(params, a, y, weights, output_grad):
         a = torch.bmm(a, w) if bias is None else torch.baddbmm(bias.transpose(1, 2), a, w)
         if j + 1 < len(params):
             a = a.clamp_min_(0)
-    return output_grad(a, y, weights), acts
+    return output_gradient(a, y, weights, loss), acts
 
 
 def _relu_backward(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:

@@ -56,11 +56,13 @@ def _sync(device: str) -> None:
 def engine_round_rate(task, m, algorithm, hp, engine, rounds, device, clientwise=True) -> float:
     """Rounds per second of ``fc.run`` (evaluation excluded: its timing counts computation only); ``clientwise=False``:
     the batched engine's products over clients on a CPU too (its GPU path)."""
-    batched.CLIENTWISE = clientwise
-    result = fc.run(task, fc.make(algorithm, **hp), rounds, m, seed=1, engine=engine, lr=0.05,
-                    local=fc.LocalWork(epochs=1.0, batch_size=32), per_client_metrics=False, eval_every=10**6,
-                    device=device)
-    batched.CLIENTWISE = True
+    before, batched.CLIENTWISE = batched.CLIENTWISE, clientwise
+    try:
+        result = fc.run(task, fc.make(algorithm, **hp), rounds, m, seed=1, engine=engine, lr=0.05,
+                        local=fc.LocalWork(epochs=1.0, batch_size=32), per_client_metrics=False, eval_every=10**6,
+                        device=device)
+    finally:
+        batched.CLIENTWISE = before
     return rounds / float(result.timing.compute_time.iloc[-1])
 
 

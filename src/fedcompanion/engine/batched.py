@@ -146,6 +146,12 @@ class _Round:
     l2: torch.Tensor
     inputs_buffer: torch.Tensor | None = None  # every step's inputs are gathered into it
 
+    def shared_coefficients(self, weight_decay: float) -> tuple[float, float, float]:
+        """(eta, s, decay) where every client shares eta, s, rho and mu_i: d = s g + decay x + offset, with
+        decay = s mu_i + rho + weight decay."""
+        s = float(self.scale[0])
+        return float(self.lr[0]), s, s * float(self.l2[0]) + float(self.prox[0]) + weight_decay
+
     def batch(self, t: int, n: int, inputs: torch.Tensor):
         """Mini-batch t of the first n clients: inputs [n, B, ...] and targets [n, B, ...]. The inputs are gathered
         into one buffer, overwritten by the next step (a fresh tensor per step, 0.5 MB for 5 clients' MNIST
@@ -177,7 +183,7 @@ def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, ba
     if objective.linear is not None or bool((prox != 0).any()):
         offset = _zeros_like(params) if objective.linear is None else _in_order(task, objective.linear, order)
         anchor, shared = objective.anchor, objective.anchor.stride(0) == 0  # shared: one z (an expanded [P])
-        pulls = _in_order(task, anchor[:1], order[:1] * 0) if shared else _in_order(task, anchor, order)
+        pulls = task.unflatten(anchor[:1]) if shared else _in_order(task, anchor, order)
         rho = prox[:1] if shared and _uniform(prox) else prox
         for name, pull in pulls.items():
             offset[name] -= pull * _per_client(rho, pull)  # rho z (for a shared z and rho, once), then c - rho z
@@ -264,8 +270,7 @@ def _mlp_steps(task, plan: _Round, layers, momentum: float, weight_decay: float)
     Without momentum, x <- (1 - eta decay) x - eta s g is the product; then x <- x - eta o (o: the offset), block
     by block (:func:`_product_then_offset`). With momentum, b <- mu b + s g is the product; then
     b <- b + decay x + o and x <- x - eta b."""
-    lr, s = float(plan.lr[0]), float(plan.scale[0])
-    decay = s * float(plan.l2[0]) + float(plan.prox[0]) + weight_decay  # d = s g + decay x + offset
+    lr, s, decay = plan.shared_coefficients(weight_decay)
     loss = task.loss.name
     inputs = task.x_all.reshape(len(task.x_all), -1)
     ones = plan.weights.new_ones(len(plan.steps), plan.weights.shape[2], 1)

@@ -51,7 +51,7 @@ def output_gradient(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, loss: str
 def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tensor, y_rows: torch.Tensor,
                 weights: torch.Tensor, steps: int, layer_weights: Tensors, biases: list[torch.Tensor | None],
                 offsets: list[torch.Tensor | None], buffers: list[torch.Tensor | None], loss: str, lr: float,
-                scale: float, decay: float, momentum: float) -> int:
+                scale: float, decay: float, momentum: float) -> None:
     """One client's ``steps`` local steps, in place on its layers (weight [out, in], bias [out] or None).
 
     x_rows, y_rows, weights: [Q, B] rows of ``inputs`` / ``targets`` in each mini-batch and their weights 1/B_k.
@@ -107,43 +107,40 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
                                 buffer.add_(offset)
                         target.add_(buffer, alpha=-lr)
             delta = below
-    return steps
 
 
 def _chain(inputs: torch.Tensor, targets: torch.Tensor, x_rows: list[torch.Tensor], y_rows: list[torch.Tensor],
            weights: list[torch.Tensor], steps: list[int], layer_weights: list[Tensors],
            biases: list[list[torch.Tensor | None]], offsets: list[list[torch.Tensor | None]],
            buffers: list[list[torch.Tensor | None]], loss: str, lr: float, scale: float, decay: float,
-           momentum: float, clients: list[int]) -> int:
+           momentum: float, clients: list[int]) -> None:
     """The local steps of ``clients``, one after another."""
-    done = 0
     for k in clients:
-        done += _one_client(inputs, targets, x_rows[k], y_rows[k], weights[k], steps[k], layer_weights[k], biases[k],
-                            offsets[k], buffers[k], loss, lr, scale, decay, momentum)
-    return done
+        _one_client(inputs, targets, x_rows[k], y_rows[k], weights[k], steps[k], layer_weights[k], biases[k],
+                    offsets[k], buffers[k], loss, lr, scale, decay, momentum)
 
 
 def _all_clients(inputs: torch.Tensor, targets: torch.Tensor, x_rows: list[torch.Tensor], y_rows: list[torch.Tensor],
                  weights: list[torch.Tensor], steps: list[int], layer_weights: list[Tensors],
                  biases: list[list[torch.Tensor | None]], offsets: list[list[torch.Tensor | None]],
                  buffers: list[list[torch.Tensor | None]], loss: str, lr: float, scale: float, decay: float,
-                 momentum: float, chains: list[list[int]]) -> int:
+                 momentum: float, chains: list[list[int]]) -> None:
     """Each chain of clients on its own thread: the first chains ``fork`` to inter-op threads, the last runs here."""
-    futures: list[torch.jit.Future[int]] = []
+    futures: list[torch.jit.Future[None]] = []
     for clients in chains[:-1]:
         futures.append(torch.jit.fork(_chain, inputs, targets, x_rows, y_rows, weights, steps, layer_weights, biases,
                                       offsets, buffers, loss, lr, scale, decay, momentum, clients))
-    done = _chain(inputs, targets, x_rows, y_rows, weights, steps, layer_weights, biases, offsets, buffers, loss, lr,
-                  scale, decay, momentum, chains[-1])
+    _chain(inputs, targets, x_rows, y_rows, weights, steps, layer_weights, biases, offsets, buffers, loss, lr, scale,
+           decay, momentum, chains[-1])
     for future in futures:
-        done += torch.jit.wait(future)
-    return done
+        torch.jit.wait(future)
 
 
 def chains(work: list, workers: int) -> list[list[int]]:
     """Clients 0..K-1 (longest-working first) dealt to ``min(workers, K)`` chains: each to the chain with the least
     work so far (``work[k]``: client k's steps x rows), the first such chain on a tie."""
-    lists, loads = [[] for _ in range(max(1, min(workers, len(work))))], [0] * max(1, min(workers, len(work)))
+    count = max(1, min(workers, len(work)))
+    lists, loads = [[] for _ in range(count)], [0] * count
     for k, amount in enumerate(work):
         least = loads.index(min(loads))
         lists[least].append(k)
@@ -167,8 +164,7 @@ def _script():
 def clientwise_steps(task, plan, layers, momentum: float, weight_decay: float) -> None:
     """Every client's local steps of ``plan`` (a :class:`~.batched._Round`), in place on its tensors, on as many
     threads as torch's intra-op thread count (``torch.get_num_threads()``), each operation on one thread."""
-    lr, s = float(plan.lr[0]), float(plan.scale[0])
-    decay = s * float(plan.l2[0]) + float(plan.prox[0]) + weight_decay
+    lr, s, decay = plan.shared_coefficients(weight_decay)
     inputs = task.x_all.reshape(len(task.x_all), -1)
 
     def per_client(tensors: dict | None, k: int) -> list:

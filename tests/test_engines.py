@@ -43,6 +43,35 @@ def _batched_matches_loop(mnist64, name, hp):
     assert loop.metric("train_loss").iloc[-1] < loop.metric("train_loss").iloc[0]  # it did train
 
 
+@pytest.mark.parametrize("anchors", ["shared", "per client"])
+@pytest.mark.parametrize("rho", [0.0, 0.4])
+def test_offsets_of_every_form_match_the_loop_engine(mnist64, mlp_path, anchors, rho):
+    """c - rho z for each form of c (a [K, P] tensor, K rows, Negated rows) and of z (one for all, one per client):
+    the batched engine's paths follow the loop engine, and a Negated c gives the numbers of the negated tensor."""
+    from fedcompanion.engine import train_batched, train_loop
+    from fedcompanion.protocol import LocalObjective, Negated
+
+    clients, k = torch.tensor([2, 5, 11, 17]), 4
+    gen = torch.Generator().manual_seed(0)
+    x0 = mnist64.init_params(0)
+    noise = torch.randn(k, mnist64.num_params, generator=gen, dtype=x0.dtype)
+    anchor = x0.expand(k, -1) if anchors == "shared" else x0 + 0.1 * noise.flip(0)
+    lam = 0.05 * noise
+    steps = torch.tensor([3, 5, 2, 4])
+
+    def train(engine, linear):
+        objective = LocalObjective(x0.expand(k, -1), anchor, torch.full((k,), rho, dtype=x0.dtype), linear,
+                                   torch.ones(k, dtype=x0.dtype), steps, torch.full((k,), 0.05, dtype=x0.dtype))
+        return engine(mnist64, objective, clients, seed=1, round=0, batch_size=8)[0]
+
+    loop = train(train_loop, -lam)
+    for linear in (-lam, tuple(-lam), Negated(tuple(lam.unbind(0)))):
+        batched = train(train_batched, linear)
+        assert float((loop - batched).norm() / (loop - x0).norm()) < 1e-10
+    assert torch.equal(train(train_batched, -lam), train(train_batched, Negated(tuple(lam.unbind(0)))))
+    assert torch.equal(train(train_loop, -lam), train(train_loop, Negated(tuple(lam.unbind(0)))))
+
+
 def test_offset_subtracted_block_by_block_gives_the_same_numbers(mnist64, monkeypatch):
     """Without momentum the batched engine subtracts the offset c - rho z a block of clients at a time: blocks of
     two clients in the first layer (784 x 16 float64 each) give bit for bit the numbers of one block of all six."""

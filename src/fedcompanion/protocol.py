@@ -25,7 +25,7 @@ is exactly ``received`` and ``uploads``, so communication is counted from them
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -72,7 +72,7 @@ class LocalObjective:
         start: x^0, shape [K, P].
         anchor: z_i, shape [K, P] (the proximal centre).
         prox: rho_i >= 0, shape [K].
-        linear: c_i, shape [K, P], or ``None`` for zero.
+        linear: c_i, shape [K, P] (or a sequence of K rows [P], e.g. :class:`Negated`), or ``None`` for zero.
         scale: s_i, shape [K] (the weight of the data term).
         steps: Q_i, int64 [K].
         lr: eta_i, shape [K].
@@ -86,7 +86,7 @@ class LocalObjective:
     start: torch.Tensor
     anchor: torch.Tensor
     prox: torch.Tensor
-    linear: torch.Tensor | None
+    linear: torch.Tensor | Sequence[torch.Tensor] | None
     scale: torch.Tensor
     steps: torch.Tensor
     lr: torch.Tensor
@@ -107,6 +107,20 @@ class LocalObjective:
 
     def replace(self, **changes) -> LocalObjective:
         return dataclasses.replace(self, **changes)
+
+
+class Negated(Sequence):
+    """K rows ``-rows[k]`` (a linear term c_i = -lambda_i), each negated when indexed; an engine that recognises
+    the type folds the sign into its own arithmetic instead (no pass over the K rows just to negate them)."""
+
+    def __init__(self, rows: Sequence[torch.Tensor]):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, k):
+        return Negated(self.rows[k]) if isinstance(k, slice) else torch.neg(self.rows[k])
 
 
 @dataclass(frozen=True)

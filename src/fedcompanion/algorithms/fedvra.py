@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..protocol import LocalObjective, RoundInfo, per_client, replace_entries
+from ..protocol import LocalObjective, Negated, RoundInfo, per_client, replace_entries
 from ..validation import ConfigError, check_choice, check_number
 from .base import Algorithm, ServerState, delta, register
 
@@ -135,14 +135,19 @@ class FedVRA(Algorithm):
         return {"lam": per_client(zeros), "gamma": per_client(gamma)}
 
     def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=clients["gamma"], linear=-clients["lam"])
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=clients["gamma"],
+                                  linear=Negated(clients.entries("lam")))
 
     def client_update(self, task, received, clients, info, result):
         d_i = delta(received, result)
         a = _stepsize("dual_stepsize", self.dual_stepsize, info, d_i.dtype)
-        # (9): lambda_i + a gamma (x_0 - x_i) = lambda_i - a gamma Delta_i, with one [K, P] result and no temporary
-        lam = torch.mul(d_i, -(a * clients["gamma"])[:, None]).add_(clients["lam"])
-        uploads = {"delta": d_i, "a": a} if self.server_update_rule == "split" else {"delta": d_i, "lam": lam}
+        # (9): lambda_i + a gamma (x_0 - x_i) = lambda_i - a gamma Delta_i, one new [P] per client: neither a [K, P]
+        # stack of the old lambdas nor copies of rows out of a [K, P] result (State keeps entries of their own)
+        coefficients = (-(a * clients["gamma"])).tolist()
+        lam = tuple(torch.mul(d, c).add_(old) for d, c, old in zip(d_i, coefficients, clients.entries("lam")))
+        uploads = {"delta": d_i, "a": a}
+        if self.server_update_rule == "direct":
+            uploads = {"delta": d_i, "lam": torch.stack(lam)}
         return {"lam": lam}, uploads
 
     def server_update(self, server, info, uploads):
@@ -187,7 +192,8 @@ class FedADMM(Algorithm):
         return {"lam": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
 
     def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.gamma, linear=-clients["lam"])
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.gamma,
+                                  linear=Negated(clients.entries("lam")))
 
     def client_update(self, task, received, clients, info, result):
         lam = clients["lam"] + self.gamma * (received["x"] - result.x)
@@ -225,7 +231,8 @@ class FedDyn(Algorithm):
         return {"grad": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
 
     def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.alpha, linear=-clients["grad"])
+        return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.alpha,
+                                  linear=Negated(clients.entries("grad")))
 
     def client_update(self, task, received, clients, info, result):
         return {"grad": clients["grad"] - self.alpha * delta(received, result)}, {"x": result.x}

@@ -34,6 +34,7 @@ steps: 1.0-1.3x the batched products' rounds per second for FedAvg and FedVRA in
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -105,6 +106,11 @@ def _in_order(task, flat: torch.Tensor, order: torch.Tensor) -> dict:
     return {n: v.index_select(0, order) for n, v in task.unflatten(flat).items()}
 
 
+def _stacked(rows) -> torch.Tensor:
+    """[K, P] from a [K, P] tensor or K rows [P]."""
+    return rows if isinstance(rows, torch.Tensor) else torch.stack(tuple(rows))
+
+
 def _zeros_like(tensors: dict) -> dict:
     return {n: torch.zeros_like(v) for n, v in tensors.items()}
 
@@ -127,24 +133,37 @@ def _uniform(v: torch.Tensor) -> bool:
 
 @dataclass
 class _Round:
-    """Everything the local steps of one batched round need, with the clients longest-working first."""
+    """Everything the local steps of one batched round need, with the clients longest-working first. The
+    per-layer tensors (``params``, ``buffers``, ``offset``) are made by :func:`_layer_tensors` for the paths that
+    use them; the clientwise path (:mod:`.clientwise`) works on rows of the flat [K, P] tensors instead."""
 
     order: torch.Tensor        # position in the batch -> position in the caller's client list
     steps: torch.Tensor        # Q_k, descending
     live_counts: list          # how many clients still work at each step t (a prefix of the batch)
-    x_index: torch.Tensor      # [Q, K, B] rows of task.x_all in each client's mini-batch t (step-major)
-    y_index: torch.Tensor      # [Q, K, B] the same rows of y_source
+    rows: torch.Tensor         # [K, Q, B] each client's mini-batch rows, indices into its own data
+    x_offsets: torch.Tensor    # [K] where each client's data starts in task.x_all
+    y_offsets: torch.Tensor    # [K] where its targets start in y_source
     weights: torch.Tensor      # [K, Q, B] 1/B_k on real rows, 0 on padding
     widths: list               # B_k: each client's real rows per mini-batch
     y_source: torch.Tensor     # targets laid out back to back
-    params: dict               # layer name -> [K, ...]
-    buffers: dict | None       # momentum buffers, like params
-    offset: dict | None        # c - rho z per layer (constant over the steps), or None
     lr: torch.Tensor
     scale: torch.Tensor
     prox: torch.Tensor
     l2: torch.Tensor
+    params: dict | None = None   # layer name -> [K, ...]
+    buffers: dict | None = None  # momentum buffers, like params
+    offset: dict | None = None   # c - rho z per layer (constant over the steps), or None
     inputs_buffer: torch.Tensor | None = None  # every step's inputs are gathered into it
+
+    @functools.cached_property
+    def x_index(self) -> torch.Tensor:
+        """[Q, K, B] rows of task.x_all in each client's mini-batch t (step-major)."""
+        return (self.rows + self.x_offsets[:, None, None]).transpose(0, 1).contiguous()
+
+    @functools.cached_property
+    def y_index(self) -> torch.Tensor:
+        """[Q, K, B] the same rows of y_source."""
+        return (self.rows + self.y_offsets[:, None, None]).transpose(0, 1).contiguous()
 
     def shared_coefficients(self, weight_decay: float) -> tuple[float, float, float]:
         """(eta, s, decay) where every client shares eta, s, rho and mu_i: d = s g + decay x + offset, with
@@ -165,31 +184,35 @@ class _Round:
 
 
 def _prepare(task, objective: LocalObjective, clients, seed: int, round: int, batch_size: int | None) -> _Round:
+    """The round's schedule: clients longest-working first, their mini-batches and coefficients."""
     order = torch.argsort(objective.steps, descending=True, stable=True)
     steps = objective.steps[order]
     rows, weights, widths = _batches(task, clients[order], steps, seed, round, batch_size)
     y_source, y_offsets = _targets(task, objective, clients)
-    x_offsets = task.offsets[clients[order]].to(task.device)
-    x_index = (rows + x_offsets[:, None, None]).transpose(0, 1).contiguous()
-    y_index = (rows + y_offsets[order][:, None, None]).transpose(0, 1).contiguous()
     live_counts = (steps[None, :] > torch.arange(int(steps[0]), device=steps.device)[:, None]).sum(1).tolist()
-    params = _in_order(task, objective.start, order)
-    buffers = None
+    return _Round(order, steps, live_counts, rows, task.offsets[clients[order]].to(task.device),
+                  y_offsets[order.to(y_offsets.device)], weights, widths, y_source,
+                  objective.lr[order], objective.scale[order], objective.prox[order],
+                  task.client_l2[clients[order]].to(task.device, task.dtype))
+
+
+def _layer_tensors(task, objective: LocalObjective, plan: _Round) -> None:
+    """The per-layer [K, ...] tensors of ``plan`` (rows in its order): parameters, momentum buffers, offsets."""
+    order, prox = plan.order, plan.prox
+    plan.params = _in_order(task, objective.start, order)
     if objective.momentum != 0:
         start = objective.momentum_buffer
-        buffers = _zeros_like(params) if start is None else _in_order(task, start, order)
-    prox = objective.prox[order]
-    offset = None  # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
+        plan.buffers = _zeros_like(plan.params) if start is None else _in_order(task, start, order)
     if objective.linear is not None or bool((prox != 0).any()):
-        offset = _zeros_like(params) if objective.linear is None else _in_order(task, objective.linear, order)
+        # grad h = s g + rho x + (c - rho z): the bracket is constant over the local steps
+        linear = objective.linear
+        offset = _zeros_like(plan.params) if linear is None else _in_order(task, _stacked(linear), order)
         anchor, shared = objective.anchor, objective.anchor.stride(0) == 0  # shared: one z (an expanded [P])
         pulls = task.unflatten(anchor[:1]) if shared else _in_order(task, anchor, order)
         rho = prox[:1] if shared and _uniform(prox) else prox
         for name, pull in pulls.items():
             offset[name] -= pull * _per_client(rho, pull)  # rho z (for a shared z and rho, once), then c - rho z
-    return _Round(order, steps, live_counts, x_index, y_index, weights, widths, y_source, params, buffers, offset,
-                  objective.lr[order], objective.scale[order], prox,
-                  task.client_l2[clients[order]].to(task.device, task.dtype))
+        plan.offset = offset
 
 
 def train_batched(task, objective: LocalObjective, clients, *, seed: int, round: int,
@@ -199,10 +222,13 @@ def train_batched(task, objective: LocalObjective, clients, *, seed: int, round:
         return objective.start.clone(), (objective.start.clone() if objective.momentum != 0 else None)
     plan = _prepare(task, objective, clients, seed, round, batch_size)
     layers = mlp_layers(task.model)
-    if layers is not None and task.loss.name in OUTPUT_GRADIENT_LOSSES and all(
-            _uniform(v) for v in (plan.lr, plan.scale, plan.prox, plan.l2)):
-        mlp_steps = clientwise_steps if CLIENTWISE and task.x_all.device.type == "cpu" else _mlp_steps
-        mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
+    fused = layers is not None and task.loss.name in OUTPUT_GRADIENT_LOSSES and all(
+        _uniform(v) for v in (plan.lr, plan.scale, plan.prox, plan.l2))
+    if fused and CLIENTWISE and task.x_all.device.type == "cpu":
+        return clientwise_steps(task, objective, plan, layers)
+    _layer_tensors(task, objective, plan)
+    if fused:
+        _mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
     else:
         _autograd_steps(task, plan, objective.momentum, objective.weight_decay)
     return _flat(plan.params, plan.order), (None if plan.buffers is None else _flat(plan.buffers, plan.order))

@@ -15,7 +15,12 @@ The steps are the batched engine's (and so the loop engine's),
 the forward and backward passes written out as matrix products, each weight and bias update fused into its
 gradient's product (``W.addmm_(delta^T, a, beta=1 - eta * decay, alpha=-eta * s)``, the bias with ``delta^T 1``),
 then the offset subtracted (without momentum); with momentum the product goes into the buffer. The mini-batch of
-step t is the client's real rows of it (no padding). The loop runs as TorchScript (``torch.jit.script``): its
+step t is the client's real rows of it (no padding). A client's thread also sets up the client's tensors just
+before its first step: it writes x^0 into the client's row of the result [K, P] (the steps then work on views of
+that row) and the offset into one buffer of the thread's (c - rho z; for a :class:`~fedcompanion.protocol.Negated`
+c = -lambda, -rho z - lambda, the sign folded in). So none of the products path's [K, ...] copies in and out, nor
+its offset tensor for all clients, is made, and what the steps read first is in the core's cache already. The
+loop runs as TorchScript (``torch.jit.script``): its
 ``fork`` runs a thread's clients on one of torch's inter-op threads without Python's global interpreter lock
 (Python threads, which take the lock back after every operation, were slower than one thread). Each operation
 runs on one thread (``torch.set_num_threads(1)`` for the duration), so a client's numbers depend neither on which
@@ -26,6 +31,8 @@ from __future__ import annotations
 import warnings
 
 import torch
+
+from ..protocol import Negated
 
 # a list of tensors, in the annotations TorchScript compiles
 Tensors = list[torch.Tensor]
@@ -48,38 +55,80 @@ def output_gradient(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, loss: str
     return g.mul_(w.unsqueeze(-1))
 
 
+def _views(row: torch.Tensor, spec: list[list[int]]) -> list[torch.Tensor | None]:
+    """Per-layer views of a flat parameter row [P]: ``[W_0, b_0, W_1, b_1, ...]`` (a missing bias: None). ``spec``
+    holds per layer [where W starts, out, in, where b starts or -1]."""
+    views: list[torch.Tensor | None] = []
+    for start, out, inp, bias in spec:
+        views.append(row.narrow(0, start, out * inp).view(out, inp))
+        views.append(None if bias < 0 else row.narrow(0, bias, out))
+    return views
+
+
+def _start(row: torch.Tensor, start: torch.Tensor, buffer: torch.Tensor | None, buffer_start: torch.Tensor | None,
+           offset: torch.Tensor | None, linear: torch.Tensor | None, negate: bool, pull: torch.Tensor | None,
+           rho: float, shared_pull: bool) -> None:
+    """A client's tensors before its first step: x = x^0, b = b^0 (or 0) and, into ``offset``, the offset c - rho z
+    as -rho z + c, or as -rho z - lambda where ``negate`` (c = -lambda, ``linear`` holding lambda).
+
+    ``pull``: -rho z if ``shared_pull`` (one z for all clients), else z; None: rho = 0. With neither a pull nor
+    ``negate``, ``offset`` is already the offset (c itself, or a shared -rho z) and is left as it is."""
+    row.copy_(start)
+    if buffer is not None:
+        if buffer_start is None:
+            buffer.zero_()
+        else:
+            buffer.copy_(buffer_start)
+    if offset is None or (pull is None and not negate):
+        return  # no offset, or one used as it is (c, or a shared -rho z)
+    if pull is None:
+        assert linear is not None
+        torch.neg(linear, out=offset)  # rho = 0, c = -lambda
+        return
+    pulled = pull if shared_pull else torch.mul(pull, -rho, out=offset)
+    if linear is None:
+        offset.copy_(pulled)
+    elif negate:
+        torch.sub(pulled, linear, out=offset)
+    else:
+        torch.add(linear, pulled, out=offset)
+
+
 def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tensor, y_rows: torch.Tensor,
-                weights: torch.Tensor, steps: int, layer_weights: Tensors, biases: list[torch.Tensor | None],
-                offsets: list[torch.Tensor | None], buffers: list[torch.Tensor | None], loss: str, lr: float,
-                scale: float, decay: float, momentum: float) -> None:
-    """One client's ``steps`` local steps, in place on its layers (weight [out, in], bias [out] or None).
+                weights: torch.Tensor, steps: int, spec: list[list[int]], row: torch.Tensor,
+                offset: torch.Tensor | None, buffer: torch.Tensor | None, loss: str, lr: float, scale: float,
+                decay: float, momentum: float) -> None:
+    """One client's ``steps`` local steps, in place on its flat parameter row (and momentum buffer row).
 
     x_rows, y_rows, weights: [Q, B] rows of ``inputs`` / ``targets`` in each mini-batch and their weights 1/B_k.
-    ``offsets`` and ``buffers`` hold two entries per layer (weight, bias), like ``[W_0, b_0, W_1, b_1, ...]``, or
-    none (no offset; no momentum)."""
-    layers = len(layer_weights)
+    ``offset``: c - rho z as a flat row, or None; ``buffer``: the momentum buffer, or None (no momentum)."""
+    params = _views(row, spec)
+    offsets: list[torch.Tensor | None] = [] if offset is None else _views(offset, spec)
+    buffers: list[torch.Tensor | None] = [] if buffer is None else _views(buffer, spec)
+    layers = len(spec)
     ones = torch.ones(weights.shape[1], dtype=weights.dtype, device=weights.device)
     for t in range(steps):
         a = inputs.index_select(0, x_rows[t])
         acts: Tensors = []
         for j in range(layers):
             acts.append(a)
-            bias = biases[j]
+            weight, bias = params[2 * j], params[2 * j + 1]
+            assert weight is not None
             if bias is None:
-                a = torch.mm(a, layer_weights[j].t())
+                a = torch.mm(a, weight.t())
             else:
-                a = torch.addmm(bias, a, layer_weights[j].t())
+                a = torch.addmm(bias, a, weight.t())
             if j + 1 < layers:
                 a = a.clamp_min_(0.0)
         delta = output_gradient(a, targets.index_select(0, y_rows[t]), weights[t], loss)
         for i in range(layers):
             j = layers - 1 - i
-            weight = layer_weights[j]
+            weight, bias = params[2 * j], params[2 * j + 1]
+            assert weight is not None
             below = delta  # the gradient for the layer below, with this layer's weights before their update
             if j > 0:
                 below = torch.ops.aten.threshold_backward(torch.mm(delta, weight), acts[j], 0.0)
             delta_t = delta.t()
-            bias = biases[j]
             if len(buffers) == 0:
                 weight.addmm_(delta_t, acts[j], beta=1.0 - lr * decay, alpha=-lr * scale)
                 if bias is not None:
@@ -92,46 +141,52 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
                         bias.add_(offset_b, alpha=-lr)
             else:
                 for k in range(2):
-                    target = weight if k == 0 else bias
-                    buffer = buffers[2 * j + k]
-                    if target is not None and buffer is not None:
+                    target = params[2 * j + k]
+                    buffer_k = buffers[2 * j + k]
+                    if target is not None and buffer_k is not None:
                         if k == 0:
-                            buffer.addmm_(delta_t, acts[j], beta=momentum, alpha=scale)
+                            buffer_k.addmm_(delta_t, acts[j], beta=momentum, alpha=scale)
                         else:
-                            buffer.addmv_(delta_t, ones, beta=momentum, alpha=scale)
+                            buffer_k.addmv_(delta_t, ones, beta=momentum, alpha=scale)
                         if decay != 0.0:
-                            buffer.add_(target, alpha=decay)
+                            buffer_k.add_(target, alpha=decay)
                         if len(offsets) > 0:
-                            offset = offsets[2 * j + k]
-                            if offset is not None:
-                                buffer.add_(offset)
-                        target.add_(buffer, alpha=-lr)
+                            offset_k = offsets[2 * j + k]
+                            if offset_k is not None:
+                                buffer_k.add_(offset_k)
+                        target.add_(buffer_k, alpha=-lr)
             delta = below
 
 
-def _chain(inputs: torch.Tensor, targets: torch.Tensor, x_rows: list[torch.Tensor], y_rows: list[torch.Tensor],
-           weights: list[torch.Tensor], steps: list[int], layer_weights: list[Tensors],
-           biases: list[list[torch.Tensor | None]], offsets: list[list[torch.Tensor | None]],
-           buffers: list[list[torch.Tensor | None]], loss: str, lr: float, scale: float, decay: float,
-           momentum: float, clients: list[int]) -> None:
-    """The local steps of ``clients``, one after another."""
+# What _chain gets per client k (lists indexed by k), as one tuple for TorchScript: x_rows, y_rows, weights,
+# parameter rows, their starts, offset rows (or None), momentum-buffer rows (or None), their starts (or None: zero),
+# the rows of c or lambda (or None) and of z or -rho z (or None); see _start.
+Clients = tuple[Tensors, Tensors, Tensors, Tensors, Tensors, list[torch.Tensor | None], list[torch.Tensor | None],
+                list[torch.Tensor | None], list[torch.Tensor | None], list[torch.Tensor | None]]
+
+
+def _chain(inputs: torch.Tensor, targets: torch.Tensor, per_client: Clients, steps: list[int], spec: list[list[int]],
+           loss: str, lr: float, scale: float, decay: float, momentum: float, rho: float, negate: bool,
+           shared_pull: bool, clients: list[int]) -> None:
+    """The local steps of ``clients``, one after another, each from its start."""
+    x_rows, y_rows, weights, rows, starts, offsets, buffers, buffer_starts, linears, pulls = per_client
     for k in clients:
-        _one_client(inputs, targets, x_rows[k], y_rows[k], weights[k], steps[k], layer_weights[k], biases[k],
-                    offsets[k], buffers[k], loss, lr, scale, decay, momentum)
+        _start(rows[k], starts[k], buffers[k], buffer_starts[k], offsets[k], linears[k], negate, pulls[k], rho,
+               shared_pull)
+        _one_client(inputs, targets, x_rows[k], y_rows[k], weights[k], steps[k], spec, rows[k], offsets[k],
+                    buffers[k], loss, lr, scale, decay, momentum)
 
 
-def _all_clients(inputs: torch.Tensor, targets: torch.Tensor, x_rows: list[torch.Tensor], y_rows: list[torch.Tensor],
-                 weights: list[torch.Tensor], steps: list[int], layer_weights: list[Tensors],
-                 biases: list[list[torch.Tensor | None]], offsets: list[list[torch.Tensor | None]],
-                 buffers: list[list[torch.Tensor | None]], loss: str, lr: float, scale: float, decay: float,
-                 momentum: float, chains: list[list[int]]) -> None:
+def _all_clients(inputs: torch.Tensor, targets: torch.Tensor, per_client: Clients, steps: list[int],
+                 spec: list[list[int]], loss: str, lr: float, scale: float, decay: float, momentum: float, rho: float,
+                 negate: bool, shared_pull: bool, chains: list[list[int]]) -> None:
     """Each chain of clients on its own thread: the first chains ``fork`` to inter-op threads, the last runs here."""
     futures: list[torch.jit.Future[None]] = []
     for clients in chains[:-1]:
-        futures.append(torch.jit.fork(_chain, inputs, targets, x_rows, y_rows, weights, steps, layer_weights, biases,
-                                      offsets, buffers, loss, lr, scale, decay, momentum, clients))
-    _chain(inputs, targets, x_rows, y_rows, weights, steps, layer_weights, biases, offsets, buffers, loss, lr, scale,
-           decay, momentum, chains[-1])
+        futures.append(torch.jit.fork(_chain, inputs, targets, per_client, steps, spec, loss, lr, scale, decay,
+                                      momentum, rho, negate, shared_pull, clients))
+    _chain(inputs, targets, per_client, steps, spec, loss, lr, scale, decay, momentum, rho, negate, shared_pull,
+           chains[-1])
     for future in futures:
         torch.jit.wait(future)
 
@@ -161,28 +216,62 @@ def _script():
     return _compiled
 
 
-def clientwise_steps(task, plan, layers, momentum: float, weight_decay: float) -> None:
-    """Every client's local steps of ``plan`` (a :class:`~.batched._Round`), in place on its tensors, on as many
-    threads as torch's intra-op thread count (``torch.get_num_threads()``), each operation on one thread."""
-    lr, s, decay = plan.shared_coefficients(weight_decay)
+def layer_spec(task, layers) -> list[list[int]]:
+    """Where each layer lives in the task's flat parameter vector: per layer [W start, out, in, b start or -1]."""
+    starts, at = {}, 0
+    for name, shape, n in task._shapes:
+        starts[name] = (at, shape)
+        at += n
+    spec = []
+    for weight, bias in layers:
+        at, (out, inp) = starts[weight]
+        spec.append([at, out, inp, -1 if bias is None else starts[bias][0]])
+    return spec
+
+
+def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Every client's local steps of ``objective`` (in ``plan``'s schedule, a :class:`~.batched._Round`) on as
+    many threads as torch's intra-op thread count (``torch.get_num_threads()``), each operation on one thread.
+    Returns x_k^{Q_k} [K, P] and the final momentum buffers (or None), rows in the caller's client order.
+
+    Each client's row of the result is set to its start, and its offset c - rho z computed, in its own thread just
+    before its steps (so they are in that core's cache when the steps begin), the offset into one buffer per thread."""
+    lr, s, decay = plan.shared_coefficients(objective.weight_decay)
     inputs = task.x_all.reshape(len(task.x_all), -1)
-
-    def per_client(tensors: dict | None, k: int) -> list:
-        return [] if tensors is None else [None if n is None else tensors[n][k] for pair in layers for n in pair]
-
-    steps, widths = plan.steps.tolist(), plan.widths
-    clients = range(len(steps))
+    k_all, p = objective.start.shape
+    steps, widths, order = plan.steps.tolist(), plan.widths, plan.order.tolist()
     threads = torch.get_num_threads()
-    args = (inputs, plan.y_source,
-            [plan.x_index[:, k, : widths[k]].contiguous() for k in clients],
-            [plan.y_index[:, k, : widths[k]].contiguous() for k in clients],
-            [plan.weights[k, :, : widths[k]] for k in clients], steps,
-            [[plan.params[w][k] for w, _ in layers] for k in clients],
-            [[None if b is None else plan.params[b][k] for _, b in layers] for k in clients],
-            [per_client(plan.offset, k) for k in clients], [per_client(plan.buffers, k) for k in clients],
-            task.loss.name, lr, s, decay, float(momentum), chains([q * w for q, w in zip(steps, widths)], threads))
+    dealt = chains([q * w for q, w in zip(steps, widths)], threads)
+    x = objective.start.new_empty(k_all, p)
+    buffers = None if objective.momentum == 0 else torch.empty_like(x)
+    rho, linear, anchor = float(plan.prox[0]), objective.linear, objective.anchor
+    negate = isinstance(linear, Negated)
+    linears = [None] * k_all if linear is None else [(linear.rows if negate else linear)[i] for i in order]
+    shared_pull = anchor.stride(0) == 0  # one z for all: -rho z once, here
+    pulls, offsets = [None] * k_all, [None] * k_all
+    if rho != 0 and shared_pull and linear is None:
+        offsets = [anchor[0] * -plan.prox[0]] * k_all  # -rho z is the offset itself
+    elif rho != 0 or negate:  # the offset is computed per client, into one buffer per thread
+        if rho != 0:
+            pulls = [anchor[0] * -plan.prox[0]] * k_all if shared_pull else [anchor[i] for i in order]
+        scratch = [x.new_empty(p) for _ in dealt]
+        for chain, clients in enumerate(dealt):
+            for k in clients:
+                offsets[k] = scratch[chain]
+    elif linear is not None:
+        offsets = linears  # c itself
+    momentum_start = objective.momentum_buffer
+    per_client = ([(plan.rows[k, :, : widths[k]] + plan.x_offsets[k]) for k in range(k_all)],
+                  [(plan.rows[k, :, : widths[k]] + plan.y_offsets[k]) for k in range(k_all)],
+                  [plan.weights[k, :, : widths[k]] for k in range(k_all)],
+                  [x[i] for i in order], [objective.start[i] for i in order], offsets,
+                  [None if buffers is None else buffers[i] for i in order],
+                  [None if momentum_start is None else momentum_start[i] for i in order], linears, pulls)
+    args = (inputs, plan.y_source, per_client, steps, layer_spec(task, layers), task.loss.name, lr, s, decay,
+            float(objective.momentum), rho, negate, shared_pull, dealt)
     torch.set_num_threads(1)
     try:
         _script()(*args)
     finally:
         torch.set_num_threads(threads)
+    return x, buffers

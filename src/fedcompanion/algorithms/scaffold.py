@@ -62,12 +62,13 @@ class Scaffold(Algorithm):
         return LocalObjective.sgd(received["x"], info.steps, info.lr, linear=received["c"] - clients["c"])
 
     def client_update(self, task, received, clients, info, result):
+        delta_y = delta(received, result)
         if self.option == "I":
             c_new = result.probe[1]
         else:
             scale = (info.steps.to(result.x) * info.lr)[:, None]
-            c_new = clients["c"] - received["c"] - delta(received, result) / scale
-        return {"c": c_new}, {"delta_y": delta(received, result), "delta_c": c_new - clients["c"]}
+            c_new = clients["c"] - received["c"] - delta_y / scale
+        return {"c": c_new}, {"delta_y": delta_y, "delta_c": c_new - clients["c"]}
 
     def server_update(self, server, info, uploads):
         if len(info.clients) == 0:

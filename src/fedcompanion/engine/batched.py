@@ -29,8 +29,9 @@ clients at a time, while their block is still in cache; with momentum, what is l
 ``torch._foreach_*`` call per operation over all layers. A step costs a few calls per layer: the step count, not
 the arithmetic, bounds small problems. That is the path on a GPU. On a CPU the same MLP steps run one client at a
 time per thread instead (:mod:`.clientwise`), each client's parameters staying in its core's cache over all its
-steps: 1.0-1.3x the batched products' rounds per second for FedAvg and FedVRA in ``benchmarks/engine.py`` (its
-``batched products`` column: ``CLIENTWISE = False``). Other models go through ``torch.func.vmap`` and autograd.
+steps: faster than the batched products there for FedAvg and FedVRA (README's engine table, from
+``benchmarks/engine.py``; its ``batched products`` column sets ``CLIENTWISE = False``). Other models go through
+``torch.func.vmap`` and autograd.
 """
 from __future__ import annotations
 

@@ -46,8 +46,9 @@ def _batched_matches_loop(mnist64, name, hp):
 @pytest.mark.parametrize("anchors", ["shared", "per client"])
 @pytest.mark.parametrize("rho", [0.0, 0.4])
 def test_offsets_of_every_form_match_the_loop_engine(mnist64, mlp_path, anchors, rho):
-    """c - rho z for each form of c (a [K, P] tensor, K rows, Negated rows) and of z (one for all, one per client):
-    the batched engine's paths follow the loop engine, and a Negated c gives the numbers of the negated tensor."""
+    """c - rho z for each form of c (a [K, P] tensor, K rows, Negated rows, none) and of z (one for all, one per
+    client): the batched engine's paths follow the loop engine, and a Negated c gives the numbers of the negated
+    tensor."""
     from fedcompanion.engine import train_batched, train_loop
     from fedcompanion.protocol import LocalObjective, Negated
 
@@ -64,10 +65,10 @@ def test_offsets_of_every_form_match_the_loop_engine(mnist64, mlp_path, anchors,
                                    torch.ones(k, dtype=x0.dtype), steps, torch.full((k,), 0.05, dtype=x0.dtype))
         return engine(mnist64, objective, clients, seed=1, round=0, batch_size=8)[0]
 
-    loop = train(train_loop, -lam)
-    for linear in (-lam, tuple(-lam), Negated(tuple(lam.unbind(0)))):
+    loop, plain = train(train_loop, -lam), train(train_loop, None)
+    for linear, reference in ((-lam, loop), (tuple(-lam), loop), (Negated(tuple(lam.unbind(0))), loop), (None, plain)):
         batched = train(train_batched, linear)
-        assert float((loop - batched).norm() / (loop - x0).norm()) < 1e-10
+        assert float((reference - batched).norm() / (reference - x0).norm()) < 1e-10
     assert torch.equal(train(train_batched, -lam), train(train_batched, Negated(tuple(lam.unbind(0)))))
     assert torch.equal(train(train_loop, -lam), train(train_loop, Negated(tuple(lam.unbind(0)))))
 

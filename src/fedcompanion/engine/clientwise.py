@@ -87,7 +87,8 @@ def _start(row: torch.Tensor, start: torch.Tensor, buffer: torch.Tensor | None, 
         return
     pulled = pull if shared_pull else torch.mul(pull, -rho, out=offset)
     if linear is None:
-        offset.copy_(pulled)
+        if shared_pull:
+            offset.copy_(pulled)
     elif negate:
         torch.sub(pulled, linear, out=offset)
     else:
@@ -219,9 +220,9 @@ def _script():
 def layer_spec(task, layers) -> list[list[int]]:
     """Where each layer lives in the task's flat parameter vector: per layer [W start, out, in, b start or -1]."""
     starts, at = {}, 0
-    for name, shape, n in task._shapes:
-        starts[name] = (at, shape)
-        at += n
+    for name, parameter in task.model.named_parameters():  # the order of task.unflatten
+        starts[name] = (at, parameter.shape)
+        at += parameter.numel()
     spec = []
     for weight, bias in layers:
         at, (out, inp) = starts[weight]
@@ -247,19 +248,19 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
     rho, linear, anchor = float(plan.prox[0]), objective.linear, objective.anchor
     negate = isinstance(linear, Negated)
     linears = [None] * k_all if linear is None else [(linear.rows if negate else linear)[i] for i in order]
-    shared_pull = anchor.stride(0) == 0  # one z for all: -rho z once, here
-    pulls, offsets = [None] * k_all, [None] * k_all
-    if rho != 0 and shared_pull and linear is None:
-        offsets = [anchor[0] * -plan.prox[0]] * k_all  # -rho z is the offset itself
-    elif rho != 0 or negate:  # the offset is computed per client, into one buffer per thread
-        if rho != 0:
-            pulls = [anchor[0] * -plan.prox[0]] * k_all if shared_pull else [anchor[i] for i in order]
+    shared_pull = anchor.stride(0) == 0  # one z for all clients (an expanded [P])
+    minus_rho_z = anchor[0] * -plan.prox[0] if rho != 0 and shared_pull else None  # of a shared z: once, here
+    pulls = [None] * k_all if rho == 0 else [minus_rho_z] * k_all if shared_pull else [anchor[i] for i in order]
+    if minus_rho_z is not None and linear is None:
+        offsets, pulls = [minus_rho_z] * k_all, [None] * k_all  # -rho z is the offset itself
+    elif rho != 0 or negate:  # computed per client, into one buffer per thread
         scratch = [x.new_empty(p) for _ in dealt]
+        offsets = [None] * k_all
         for chain, clients in enumerate(dealt):
             for k in clients:
                 offsets[k] = scratch[chain]
-    elif linear is not None:
-        offsets = linears  # c itself
+    else:
+        offsets = linears  # c itself, or no offset at all
     momentum_start = objective.momentum_buffer
     per_client = ([(plan.rows[k, :, : widths[k]] + plan.x_offsets[k]) for k in range(k_all)],
                   [(plan.rows[k, :, : widths[k]] + plan.y_offsets[k]) for k in range(k_all)],

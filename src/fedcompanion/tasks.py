@@ -129,14 +129,19 @@ class Task:
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.x_all[lo:hi], self.y_all[lo:hi]
 
-    def unflatten(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """View a flat vector [..., P] as the model's named parameters (leading dims kept)."""
+    def layout(self) -> dict[str, tuple[int, torch.Size]]:
+        """Where each named parameter lives in a flat vector [P]: name -> (start, shape)."""
         out, start = {}, 0
-        lead = x.shape[:-1]
         for name, shape, n in self._shapes:
-            out[name] = x[..., start : start + n].reshape(*lead, *shape)
+            out[name] = (start, shape)
             start += n
         return out
+
+    def unflatten(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """View a flat vector [..., P] as the model's named parameters (leading dims kept)."""
+        lead = x.shape[:-1]
+        return {name: x[..., start : start + shape.numel()].reshape(*lead, *shape)
+                for name, (start, shape) in self.layout().items()}
 
     def init_params(self, seed: int, zeros: bool = False) -> torch.Tensor:
         """The initial model under ``seed`` (global RNG untouched), flattened: the task's ``initializer`` if it

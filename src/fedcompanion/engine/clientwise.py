@@ -55,14 +55,15 @@ def output_gradient(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, loss: str
     return g.mul_(w.unsqueeze(-1))
 
 
-def _views(row: torch.Tensor, spec: list[list[int]]) -> list[torch.Tensor | None]:
-    """Per-layer views of a flat parameter row [P]: ``[W_0, b_0, W_1, b_1, ...]`` (a missing bias: None). ``spec``
-    holds per layer [where W starts, out, in, where b starts or -1]."""
-    views: list[torch.Tensor | None] = []
+def _views(row: torch.Tensor, spec: list[list[int]]) -> tuple[Tensors, list[torch.Tensor | None]]:
+    """Per-layer views of a flat parameter row [P]: the weights [out, in] and the biases [out] (None: no bias).
+    ``spec`` holds per layer [where W starts, out, in, where b starts or -1]."""
+    weights: Tensors = []
+    biases: list[torch.Tensor | None] = []
     for start, out, inp, bias in spec:
-        views.append(row.narrow(0, start, out * inp).view(out, inp))
-        views.append(None if bias < 0 else row.narrow(0, bias, out))
-    return views
+        weights.append(row.narrow(0, start, out * inp).view(out, inp))
+        biases.append(None if bias < 0 else row.narrow(0, bias, out))
+    return weights, biases
 
 
 def _start(row: torch.Tensor, start: torch.Tensor, buffer: torch.Tensor | None, buffer_start: torch.Tensor | None,
@@ -95,6 +96,17 @@ def _start(row: torch.Tensor, start: torch.Tensor, buffer: torch.Tensor | None, 
         torch.add(linear, pulled, out=offset)
 
 
+def _buffer_step(target: torch.Tensor, buffer: torch.Tensor, offset: torch.Tensor | None, lr: float,
+                 decay: float) -> None:
+    """With momentum, the rest of a step once the product has put mu b + s g into b: b <- b + decay x + o,
+    x <- x - eta b."""
+    if decay != 0.0:
+        buffer.add_(target, alpha=decay)
+    if offset is not None:
+        buffer.add_(offset)
+    target.add_(buffer, alpha=-lr)
+
+
 def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tensor, y_rows: torch.Tensor,
                 weights: torch.Tensor, steps: int, spec: list[list[int]], row: torch.Tensor,
                 offset: torch.Tensor | None, buffer: torch.Tensor | None, loss: str, lr: float, scale: float,
@@ -103,9 +115,15 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
 
     x_rows, y_rows, weights: [Q, B] rows of ``inputs`` / ``targets`` in each mini-batch and their weights 1/B_k.
     ``offset``: c - rho z as a flat row, or None; ``buffer``: the momentum buffer, or None (no momentum)."""
-    params = _views(row, spec)
-    offsets: list[torch.Tensor | None] = [] if offset is None else _views(offset, spec)
-    buffers: list[torch.Tensor | None] = [] if buffer is None else _views(buffer, spec)
+    layer_weights, biases = _views(row, spec)
+    offset_w: Tensors = []
+    offset_b: list[torch.Tensor | None] = []
+    if offset is not None:
+        offset_w, offset_b = _views(offset, spec)
+    buffer_w: Tensors = []
+    buffer_b: list[torch.Tensor | None] = []
+    if buffer is not None:
+        buffer_w, buffer_b = _views(buffer, spec)
     layers = len(spec)
     ones = torch.ones(weights.shape[1], dtype=weights.dtype, device=weights.device)
     for t in range(steps):
@@ -113,49 +131,37 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
         acts: Tensors = []
         for j in range(layers):
             acts.append(a)
-            weight, bias = params[2 * j], params[2 * j + 1]
-            assert weight is not None
+            bias = biases[j]
             if bias is None:
-                a = torch.mm(a, weight.t())
+                a = torch.mm(a, layer_weights[j].t())
             else:
-                a = torch.addmm(bias, a, weight.t())
+                a = torch.addmm(bias, a, layer_weights[j].t())
             if j + 1 < layers:
                 a = a.clamp_min_(0.0)
         delta = output_gradient(a, targets.index_select(0, y_rows[t]), weights[t], loss)
         for i in range(layers):
             j = layers - 1 - i
-            weight, bias = params[2 * j], params[2 * j + 1]
-            assert weight is not None
+            weight, bias = layer_weights[j], biases[j]
             below = delta  # the gradient for the layer below, with this layer's weights before their update
             if j > 0:
                 below = torch.ops.aten.threshold_backward(torch.mm(delta, weight), acts[j], 0.0)
             delta_t = delta.t()
-            if len(buffers) == 0:
+            if len(buffer_w) == 0:
                 weight.addmm_(delta_t, acts[j], beta=1.0 - lr * decay, alpha=-lr * scale)
                 if bias is not None:
                     bias.addmv_(delta_t, ones, beta=1.0 - lr * decay, alpha=-lr * scale)
-                if len(offsets) > 0:
-                    offset_w, offset_b = offsets[2 * j], offsets[2 * j + 1]
-                    if offset_w is not None:
-                        weight.add_(offset_w, alpha=-lr)
-                    if bias is not None and offset_b is not None:
-                        bias.add_(offset_b, alpha=-lr)
+                if len(offset_w) > 0:
+                    weight.add_(offset_w[j], alpha=-lr)
+                    offset_bias = offset_b[j]
+                    if bias is not None and offset_bias is not None:
+                        bias.add_(offset_bias, alpha=-lr)
             else:
-                for k in range(2):
-                    target = params[2 * j + k]
-                    buffer_k = buffers[2 * j + k]
-                    if target is not None and buffer_k is not None:
-                        if k == 0:
-                            buffer_k.addmm_(delta_t, acts[j], beta=momentum, alpha=scale)
-                        else:
-                            buffer_k.addmv_(delta_t, ones, beta=momentum, alpha=scale)
-                        if decay != 0.0:
-                            buffer_k.add_(target, alpha=decay)
-                        if len(offsets) > 0:
-                            offset_k = offsets[2 * j + k]
-                            if offset_k is not None:
-                                buffer_k.add_(offset_k)
-                        target.add_(buffer_k, alpha=-lr)
+                buffer_w[j].addmm_(delta_t, acts[j], beta=momentum, alpha=scale)
+                _buffer_step(weight, buffer_w[j], offset_w[j] if len(offset_w) > 0 else None, lr, decay)
+                buffer_bias = buffer_b[j]
+                if bias is not None and buffer_bias is not None:
+                    buffer_bias.addmv_(delta_t, ones, beta=momentum, alpha=scale)
+                    _buffer_step(bias, buffer_bias, offset_b[j] if len(offset_b) > 0 else None, lr, decay)
             delta = below
 
 
@@ -219,14 +225,10 @@ def _script():
 
 def layer_spec(task, layers) -> list[list[int]]:
     """Where each layer lives in the task's flat parameter vector: per layer [W start, out, in, b start or -1]."""
-    starts, at = {}, 0
-    for name, parameter in task.model.named_parameters():  # the order of task.unflatten
-        starts[name] = (at, parameter.shape)
-        at += parameter.numel()
-    spec = []
+    layout, spec = task.layout(), []
     for weight, bias in layers:
-        at, (out, inp) = starts[weight]
-        spec.append([at, out, inp, -1 if bias is None else starts[bias][0]])
+        at, (out, inp) = layout[weight]
+        spec.append([at, out, inp, -1 if bias is None else layout[bias][0]])
     return spec
 
 
@@ -250,10 +252,12 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
     linears = [None] * k_all if linear is None else [(linear.rows if negate else linear)[i] for i in order]
     shared_pull = anchor.stride(0) == 0  # one z for all clients (an expanded [P])
     minus_rho_z = anchor[0] * -plan.prox[0] if rho != 0 and shared_pull else None  # of a shared z: once, here
-    pulls = [None] * k_all if rho == 0 else [minus_rho_z] * k_all if shared_pull else [anchor[i] for i in order]
+    pulls = [None] * k_all
     if minus_rho_z is not None and linear is None:
-        offsets, pulls = [minus_rho_z] * k_all, [None] * k_all  # -rho z is the offset itself
+        offsets = [minus_rho_z] * k_all  # -rho z is the offset itself
     elif rho != 0 or negate:  # computed per client, into one buffer per thread
+        if rho != 0:
+            pulls = [minus_rho_z] * k_all if shared_pull else [anchor[i] for i in order]
         scratch = [x.new_empty(p) for _ in dealt]
         offsets = [None] * k_all
         for chain, clients in enumerate(dealt):

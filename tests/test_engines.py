@@ -130,6 +130,32 @@ def test_clientwise_numbers_do_not_depend_on_the_thread_counts(tmp_path):
     assert all(torch.equal(params[0], p) for p in params[1:])
 
 
+@pytest.mark.parametrize("name, hp, local", [
+    ("fedvra", dict(gamma=0.3), dict(momentum=0.9, weight_decay=1e-3)),
+    ("fedprox", dict(mu=0.1), dict(weight_decay=1e-3)),
+    ("scaffold", {}, {}),
+])
+def test_clientwise_steps_in_python_give_the_torchscript_numbers(monkeypatch, name, hp, local):
+    """Where ``torch.jit.script`` fails, the clients' steps run as Python, with a warning, and give the same bits
+    (float32) as the TorchScript that runs them otherwise."""
+    from fedcompanion.engine import clientwise
+
+    task = fc.tasks.federated_dataset_task("mnist", 20, "dirichlet", "mlp", seed=0, alpha=0.5, hidden=(16, 8))
+    kw = dict(rounds=2, clients_per_round=5, seed=1, per_client_metrics=False, local=fc.LocalWork(epochs=0.5, **local))
+    scripted = fc.run(task, fc.make(name, **hp), **kw).params
+    assert clientwise._compiled is not clientwise._all_clients  # the run above was TorchScript's
+
+    def cannot_script(function):
+        raise RuntimeError("no TorchScript here")
+
+    monkeypatch.setattr(clientwise, "_compiled", None)
+    monkeypatch.setattr(torch.jit, "script", cannot_script)
+    with pytest.warns(RuntimeWarning, match="torch.jit.script failed"):
+        in_python = fc.run(task, fc.make(name, **hp), **kw).params
+    assert clientwise._compiled is clientwise._all_clients
+    assert torch.equal(scripted, in_python)
+
+
 def test_clients_are_dealt_to_the_thread_with_the_least_work():
     from fedcompanion.engine.clientwise import chains
 

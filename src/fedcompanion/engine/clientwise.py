@@ -20,11 +20,13 @@ before its first step: it writes x^0 into the client's row of the result [K, P] 
 that row) and the offset into one buffer of the thread's (c - rho z; for a :class:`~fedcompanion.protocol.Negated`
 c = -lambda, -rho z - lambda, the sign folded in). So none of the products path's [K, ...] copies in and out, nor
 its offset tensor for all clients, is made, and what the steps read first is in the core's cache already. The
-loop runs as TorchScript (``torch.jit.script``): its
-``fork`` runs a thread's clients on one of torch's inter-op threads without Python's global interpreter lock
-(Python threads, which take the lock back after every operation, were slower than one thread). Each operation
-runs on one thread (``torch.set_num_threads(1)`` for the duration), so a client's numbers depend neither on which
-thread computes it nor on how many threads there are, nor on the other clients of its round.
+loop runs as TorchScript (``torch.jit.script``): its ``fork`` runs a thread's clients on one of torch's inter-op
+threads without Python's global interpreter lock (Python threads, which take the lock back after every operation,
+were slower than one thread). Each operation runs on one thread (``torch.set_num_threads(1)`` for the duration), so
+a client's numbers depend neither on which thread computes it nor on how many threads there are, nor on the other
+clients of its round. Where torch cannot script it, the same function runs as Python, the clients one after another:
+slower, with the same numbers, since every operation is written out (a layer's bias is added after its product:
+TorchScript turns ``addmm(b, a, W^T)`` into that, Python would not).
 """
 from __future__ import annotations
 
@@ -132,10 +134,9 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
         for j in range(layers):
             acts.append(a)
             bias = biases[j]
-            if bias is None:
-                a = torch.mm(a, layer_weights[j].t())
-            else:
-                a = torch.addmm(bias, a, layer_weights[j].t())
+            a = torch.mm(a, layer_weights[j].t())
+            if bias is not None:
+                a = a.add_(bias)  # not addmm(bias, ...): TorchScript makes that mm + add, eager Python does not
             if j + 1 < layers:
                 a = a.clamp_min_(0.0)
         delta = output_gradient(a, targets.index_select(0, y_rows[t]), weights[t], loss)
@@ -187,7 +188,13 @@ def _chain(inputs: torch.Tensor, targets: torch.Tensor, per_client: Clients, ste
 def _all_clients(inputs: torch.Tensor, targets: torch.Tensor, per_client: Clients, steps: list[int],
                  spec: list[list[int]], loss: str, lr: float, scale: float, decay: float, momentum: float, rho: float,
                  negate: bool, shared_pull: bool, chains: list[list[int]]) -> None:
-    """Each chain of clients on its own thread: the first chains ``fork`` to inter-op threads, the last runs here."""
+    """Each chain of clients on its own thread: the first chains ``fork`` to inter-op threads, the last runs here.
+    Run as Python (where torch cannot script it, :func:`_script`), the chains run one after another, here."""
+    if not torch.jit.is_scripting():
+        for clients in chains:
+            _chain(inputs, targets, per_client, steps, spec, loss, lr, scale, decay, momentum, rho, negate,
+                   shared_pull, clients)
+        return
     futures: list[torch.jit.Future[None]] = []
     for clients in chains[:-1]:
         futures.append(torch.jit.fork(_chain, inputs, targets, per_client, steps, spec, loss, lr, scale, decay,
@@ -214,12 +221,19 @@ _compiled = None
 
 
 def _script():
-    """The TorchScript of :func:`_all_clients` (compiled on first use; torch marks ``jit.script`` as deprecated)."""
+    """The TorchScript of :func:`_all_clients`, compiled on first use. torch 2.14 marks ``jit.script`` as
+    deprecated; where it fails, :func:`_all_clients` itself, with a warning: the same operations, so the same
+    numbers (tests), but the clients' steps on this one thread."""
     global _compiled
     if _compiled is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            _compiled = torch.jit.script(_all_clients)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                _compiled = torch.jit.script(_all_clients)
+        except Exception as error:  # noqa: BLE001 (any failure to script: run the Python function instead)
+            warnings.warn(f"torch.jit.script failed ({error!r}); the batched engine's MLP steps run in Python, "
+                          "one client after another: the same numbers, on one thread", RuntimeWarning, stacklevel=2)
+            _compiled = _all_clients
     return _compiled
 
 

@@ -231,8 +231,10 @@ def _script():
                 warnings.simplefilter("ignore", FutureWarning)
                 _compiled = torch.jit.script(_all_clients)
         except Exception as error:  # noqa: BLE001 (any failure to script: run the Python function instead)
-            warnings.warn(f"torch.jit.script failed ({error!r}); the batched engine's MLP steps run in Python, "
-                          "one client after another: the same numbers, on one thread", RuntimeWarning, stacklevel=2)
+            reason = (str(error).strip().splitlines() or [""])[0]
+            warnings.warn(f"torch.jit.script failed ({type(error).__name__}: {reason}); the batched engine's MLP "
+                          "steps run in Python, one client after another: the same numbers, on one thread",
+                          RuntimeWarning, stacklevel=2)
             _compiled = _all_clients
     return _compiled
 

@@ -136,7 +136,7 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
             bias = biases[j]
             a = torch.mm(a, layer_weights[j].t())
             if bias is not None:
-                a = a.add_(bias)  # not addmm(bias, ...): TorchScript makes that mm + add, eager Python does not
+                a.add_(bias)  # not addmm(bias, ...): TorchScript makes that mm + add, eager Python does not
             if j + 1 < layers:
                 a = a.clamp_min_(0.0)
         delta = output_gradient(a, targets.index_select(0, y_rows[t]), weights[t], loss)

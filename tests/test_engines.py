@@ -143,7 +143,7 @@ def test_clientwise_steps_in_python_give_the_torchscript_numbers(monkeypatch, na
     task = fc.tasks.federated_dataset_task("mnist", 20, "dirichlet", "mlp", seed=0, alpha=0.5, hidden=(16, 8))
     kw = dict(rounds=2, clients_per_round=5, seed=1, per_client_metrics=False, local=fc.LocalWork(epochs=0.5, **local))
     scripted = fc.run(task, fc.make(name, **hp), **kw).params
-    assert clientwise._compiled is not clientwise._all_clients  # the run above was TorchScript's
+    assert clientwise._compiled not in (None, clientwise._all_clients)  # TorchScript's (the path's second run below)
 
     def cannot_script(function):
         raise RuntimeError("no TorchScript here")

@@ -14,19 +14,22 @@ The steps are the batched engine's (and so the loop engine's),
 
 the forward and backward passes written out as matrix products, each weight and bias update fused into its
 gradient's product (``W.addmm_(delta^T, a, beta=1 - eta * decay, alpha=-eta * s)``, the bias with ``delta^T 1``),
-then the offset subtracted (without momentum); with momentum the product goes into the buffer. The mini-batch of
-step t is the client's real rows of it (no padding). A client's thread also sets up the client's tensors just
-before its first step: it writes x^0 into the client's row of the result [K, P] (the steps then work on views of
-that row) and the offset into one buffer of the thread's (c - rho z; for a :class:`~fedcompanion.protocol.Negated`
-c = -lambda, -rho z - lambda, the sign folded in). So none of the products path's [K, ...] copies in and out, nor
-its offset tensor for all clients, is made, and what the steps read first is in the core's cache already. The
-loop runs as TorchScript (``torch.jit.script``): its ``fork`` runs a thread's clients on one of torch's inter-op
-threads without Python's global interpreter lock (Python threads, which take the lock back after every operation,
-were slower than one thread). Each operation runs on one thread (``torch.set_num_threads(1)`` for the duration), so
-a client's numbers depend neither on which thread computes it nor on how many threads there are, nor on the other
-clients of its round. Where torch cannot script it, the same function runs as Python, the clients one after another:
-slower, with the same numbers, since every operation is written out (a layer's bias is added after its product:
-TorchScript turns ``addmm(b, a, W^T)`` into that, Python would not).
+and, after the last layer's, the offset subtracted from the whole flat row at once (its layers lie back to back in
+it, so each number gets the same operations as layer by layer, in one pass instead of one per tensor); with momentum
+the products go into the buffer and b <- b + decay x + o, x <- x - eta b (decay = s mu_k + rho + omega) follow on
+the whole row. The mini-batch of step t is the client's real rows of it (no padding). A client's thread also sets up
+the client's tensors just before its first step: it writes x^0 into the client's row of the result [K, P] (the steps
+then work on views of that row) and the offset into one buffer of the thread's (c - rho z; for a
+:class:`~fedcompanion.protocol.Negated` c = -lambda, -rho z - lambda, the sign folded in). So none of the products
+path's [K, ...] copies in and out, nor its offset tensor for all clients, is made, and what the steps read first is
+in the core's cache already. The loop runs as TorchScript (``torch.jit.script``): its ``fork`` runs a thread's
+clients on one of torch's inter-op threads without Python's global interpreter lock (Python threads, which take the
+lock back after every operation, were slower than one thread). Each operation runs on one thread
+(``torch.set_num_threads(1)`` for the duration), so a client's numbers depend neither on which thread computes it
+nor on how many threads there are, nor on the other clients of its round. Where torch cannot script it, the same
+function runs as Python, the clients one after another: slower, with the same numbers, since every operation is
+written out (a layer's bias is added after its product: TorchScript turns ``addmm(b, a, W^T)`` into that, Python
+would not).
 """
 from __future__ import annotations
 
@@ -98,15 +101,15 @@ def _start(row: torch.Tensor, start: torch.Tensor, buffer: torch.Tensor | None, 
         torch.add(linear, pulled, out=offset)
 
 
-def _buffer_step(target: torch.Tensor, buffer: torch.Tensor, offset: torch.Tensor | None, lr: float,
+def _buffer_step(row: torch.Tensor, buffer: torch.Tensor, offset: torch.Tensor | None, lr: float,
                  decay: float) -> None:
-    """With momentum, the rest of a step once the product has put mu b + s g into b: b <- b + decay x + o,
+    """With momentum, the rest of a step once the products have put mu b + s g into b: b <- b + decay x + o,
     x <- x - eta b."""
     if decay != 0.0:
-        buffer.add_(target, alpha=decay)
+        buffer.add_(row, alpha=decay)
     if offset is not None:
         buffer.add_(offset)
-    target.add_(buffer, alpha=-lr)
+    row.add_(buffer, alpha=-lr)
 
 
 def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tensor, y_rows: torch.Tensor,
@@ -118,10 +121,6 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
     x_rows, y_rows, weights: [Q, B] rows of ``inputs`` / ``targets`` in each mini-batch and their weights 1/B_k.
     ``offset``: c - rho z as a flat row, or None; ``buffer``: the momentum buffer, or None (no momentum)."""
     layer_weights, biases = _views(row, spec)
-    offset_w: Tensors = []
-    offset_b: list[torch.Tensor | None] = []
-    if offset is not None:
-        offset_w, offset_b = _views(offset, spec)
     buffer_w: Tensors = []
     buffer_b: list[torch.Tensor | None] = []
     if buffer is not None:
@@ -151,19 +150,19 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
                 weight.addmm_(delta_t, acts[j], beta=1.0 - lr * decay, alpha=-lr * scale)
                 if bias is not None:
                     bias.addmv_(delta_t, ones, beta=1.0 - lr * decay, alpha=-lr * scale)
-                if len(offset_w) > 0:
-                    weight.add_(offset_w[j], alpha=-lr)
-                    offset_bias = offset_b[j]
-                    if bias is not None and offset_bias is not None:
-                        bias.add_(offset_bias, alpha=-lr)
             else:
                 buffer_w[j].addmm_(delta_t, acts[j], beta=momentum, alpha=scale)
-                _buffer_step(weight, buffer_w[j], offset_w[j] if len(offset_w) > 0 else None, lr, decay)
                 buffer_bias = buffer_b[j]
                 if bias is not None and buffer_bias is not None:
                     buffer_bias.addmv_(delta_t, ones, beta=momentum, alpha=scale)
-                    _buffer_step(bias, buffer_bias, offset_b[j] if len(offset_b) > 0 else None, lr, decay)
             delta = below
+        # the rest of the step, on the whole row at once (every number of it is some layer's: the same operations
+        # on each as layer by layer)
+        if buffer is None:
+            if offset is not None:
+                row.add_(offset, alpha=-lr)
+        else:
+            _buffer_step(row, buffer, offset, lr, decay)
 
 
 # What _chain gets per client k (lists indexed by k), as one tuple for TorchScript: x_rows, y_rows, weights,
@@ -288,7 +287,9 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
                   [x[i] for i in order], [objective.start[i] for i in order], offsets,
                   [None if buffers is None else buffers[i] for i in order],
                   [None if momentum_start is None else momentum_start[i] for i in order], linears, pulls)
-    args = (inputs, plan.y_source, per_client, steps, layer_spec(task, layers), task.loss.name, lr, s, decay,
+    spec = layer_spec(task, layers)
+    assert sum(out * inp + (out if bias >= 0 else 0) for _, out, inp, bias in spec) == p  # the steps' whole-row ops
+    args = (inputs, plan.y_source, per_client, steps, spec, task.loss.name, lr, s, decay,
             float(objective.momentum), rho, negate, shared_pull, dealt)
     torch.set_num_threads(1)
     try:

@@ -145,10 +145,8 @@ class FedVRA(Algorithm):
         # stack of the old lambdas nor copies of rows out of a [K, P] result (State keeps entries of their own)
         coefficients = (-(a * clients["gamma"])).tolist()
         lam = tuple(torch.mul(d, c).add_(old) for d, c, old in zip(d_i, coefficients, clients.entries("lam")))
-        uploads = {"delta": d_i, "a": a}
-        if self.server_update_rule == "direct":
-            uploads = {"delta": d_i, "lam": torch.stack(lam)}
-        return {"lam": lam}, uploads
+        split = self.server_update_rule == "split"
+        return {"lam": lam}, ({"delta": d_i, "a": a} if split else {"delta": d_i, "lam": torch.stack(lam)})
 
     def server_update(self, server, info, uploads):
         d_i = uploads["delta"]

@@ -93,9 +93,8 @@ def _start(row: torch.Tensor, start: torch.Tensor, buffer: torch.Tensor | None, 
         return
     pulled = pull if shared_pull else torch.mul(pull, -rho, out=offset)
     if linear is None:
-        if shared_pull:
-            offset.copy_(pulled)
-    elif negate:
+        return  # -rho z_k, in offset now (a shared -rho z without c comes as the offset itself, with no pull)
+    if negate:
         torch.sub(pulled, linear, out=offset)
     else:
         torch.add(linear, pulled, out=offset)
@@ -146,7 +145,7 @@ def _one_client(inputs: torch.Tensor, targets: torch.Tensor, x_rows: torch.Tenso
             if j > 0:
                 below = torch.ops.aten.threshold_backward(torch.mm(delta, weight), acts[j], 0.0)
             delta_t = delta.t()
-            if len(buffer_w) == 0:
+            if buffer is None:
                 weight.addmm_(delta_t, acts[j], beta=1.0 - lr * decay, alpha=-lr * scale)
                 if bias is not None:
                     bias.addmv_(delta_t, ones, beta=1.0 - lr * decay, alpha=-lr * scale)

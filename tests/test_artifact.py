@@ -55,7 +55,8 @@ def test_citation_file_is_valid_cff():
 def test_cli_lists_and_runs_a_yaml_sweep(tmp_path, capsys):
     assert cli.main(["list"]) == 0
     listing = capsys.readouterr().out
-    assert "adafedadam" in listing and "server_lr=0.001" in listing and "dirichlet  alpha, min_size" in listing
+    assert "adafedadam" in listing and "server_lr=0.001" in listing and "dirichlet  alpha=0.5, min_size=2" in listing
+    assert "fedavgm" in listing and "quantity   beta=1.0, min_size=2" in listing
     config = tmp_path / "sweep.yaml"
     config.write_text("base:\n  task: least_squares\n  task_args: {num_clients: 4, dim: 3}\n  rounds: 3\n"
                       "  clients_per_round: 2\n  local: {steps: 2, batch_size: null}\n"

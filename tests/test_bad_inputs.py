@@ -181,7 +181,7 @@ CASES = [
     ("misspelled LocalWork field", lambda t: _cfg(local={"stepz": 3}), ConfigError, r"local has no field \['stepz'\]"),
     ("partition keyword of another scheme",
      lambda t: _cfg(task="dataset", task_args={"partition_scheme": "iid", "alpha": 0.1}), ConfigError,
-     r"'iid' partition has no parameter \['alpha'\]"),
+     r"no argument \['alpha'\]; its arguments and the 'iid' partition's are"),
     ("sweep of something else", lambda t: sweep([{"task": "dataset"}], "build/never"), ConfigError,
      "configs must be a list of ExperimentConfig"),
     ("sweep jobs 0", lambda t: sweep([], "build/never", jobs=0), ConfigError, "jobs must be >= 1"),

@@ -74,12 +74,12 @@ def test_loading_a_missing_run_is_a_named_error(tmp_path):
 
 
 def test_a_code_change_is_a_cache_miss(tmp_path, monkeypatch):
-    from fedcompanion import experiments
+    from fedcompanion.experiments import config as experiments
 
     config = _cfg()
     sweep([config], tmp_path, jobs=1, progress=False)
     assert is_cached(config, tmp_path)
-    monkeypatch.setattr(experiments, "code_fingerprint", lambda: "other-code")
+    monkeypatch.setattr(experiments, "fingerprint", lambda roots: "other-code")
     assert not is_cached(config, tmp_path)
 
 

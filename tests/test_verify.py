@@ -61,7 +61,7 @@ def test_stored_runs_record_their_platform(tmp_path):
 def test_compare_folders_matches_runs_by_config_whatever_code_made_them(tmp_path, monkeypatch):
     import dataclasses
 
-    import fedcompanion.experiments as experiments
+    import fedcompanion.experiments.config as experiments
     from fedcompanion.experiments import run_config, store
     from fedcompanion.verify import compare_folders
 
@@ -70,7 +70,7 @@ def test_compare_folders_matches_runs_by_config_whatever_code_made_them(tmp_path
     same, changed, alone = (ExperimentConfig(**base, lr=lr) for lr in (0.1, 0.2, 0.3))
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     sweep([same, changed, alone], ours, jobs=1, progress=False)
-    monkeypatch.setattr(experiments, "code_fingerprint", lambda: "other-code")  # their runs: made by other code
+    monkeypatch.setattr(experiments, "fingerprint", lambda roots: "other-code")  # their runs: made by other code
     store(same, run_config(same), theirs)
     result = run_config(changed)
     history = result.history.copy()

@@ -8,13 +8,18 @@ Quick start::
     result.metric("test_accuracy")
 """
 from . import algorithms, data, engine, experiments, losses, metrics, notebook, protocol, tasks
-from .algorithms import make
+from .algorithms import make, register
+from .data.loaders import register_dataset
+from .data.partition import register_partition
 from .engine import LocalWork, run
+from .experiments import register_metric, register_task
 from .protocol import RunResult
+from .registry import registry
 from .validation import ConfigError
 
 __version__ = "0.2.0"
 __all__ = [
     "ConfigError", "LocalWork", "RunResult", "algorithms", "data", "engine", "experiments", "losses", "make",
-    "metrics", "notebook", "protocol", "run", "tasks",
+    "metrics", "notebook", "protocol", "register", "register_dataset", "register_metric", "register_partition",
+    "register_task", "registry", "run", "tasks",
 ]

@@ -135,7 +135,8 @@ def _signature(fn, skip=()) -> str:
 
 def cmd_list(args) -> int:
     from .algorithms import REGISTRY, Algorithm
-    from .data.partition import PARTITIONS
+    from .data.loaders import LOADERS
+    from .data.partition import PARTITIONS, partition_parameters
     from .experiments import METRICS, TASKS
 
     print("algorithms (fc.make(name, ...)):")
@@ -146,8 +147,10 @@ def cmd_list(args) -> int:
     for name, builder in TASKS.items():
         print(f"  {name:14s} {_signature(builder, skip=('seed', 'dtype', 'device'))}")
     print("\npartitioners (task_args partition_scheme, with their keywords):")
-    for name, keys in PARTITIONS.items():
+    for name in PARTITIONS:
+        keys = [f"{k}={v!r}" for k, v in partition_parameters(name).items()]
         print(f"  {name:10s} {', '.join(keys) or '-'}")
+    print(f"\ndatasets (task_args dataset): {', '.join(LOADERS)}")
     print(f"\nextra metrics (ExperimentConfig(metrics=[...])): {', '.join(METRICS)}")
     return 0
 

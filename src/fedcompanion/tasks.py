@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,11 +26,12 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .data.loaders import ArrayDataset, load_dataset
+from .data.loaders import ArrayDataset, hash_tensors, load_dataset
 from .data.partition import partition
 from .data.synthetic import heterogeneous_least_squares, synthetic_li
 from .losses import Loss, get_loss
 from .models import Centroids, make_model
+from .registry import Registry
 from .validation import ConfigError, check_choice, check_device, check_number
 
 
@@ -496,3 +499,33 @@ def clustering_task(dataset: str = "mnist", num_clients: int = 100, partition_sc
 
     task.initializer = random_points
     return task.to(device)
+
+
+TASKS = Registry("task")
+TASKS.update({
+    "dataset": federated_dataset_task,
+    "least_squares": least_squares_task,
+    "synthetic": synthetic_task,
+    "qsar": qsar_logistic_task,
+    "clustering": clustering_task,
+})
+PARTITIONED_TASKS = ("dataset", "clustering")  # their builders take the partitioner's keywords
+
+
+def register_task(name: str, builder: Callable[..., Task]) -> None:
+    """Make ``ExperimentConfig(task=name)`` build ``builder(seed=..., **task_args) -> Task``. The cache keys such a
+    run on the built task's content (:func:`task_digest`), so a changed task is recomputed, never served stale."""
+    if not callable(builder) or "seed" not in inspect.signature(builder).parameters:
+        raise ConfigError(f"register_task({name!r}, builder): the builder must be callable as builder(seed=...)")
+    TASKS.register(name, builder, user=True)
+
+
+def task_digest(task: Task) -> str:
+    """SHA-256 (16 hex digits) of what a task's runs can depend on: its data, weights, l2, test data, loss and
+    model (structure and initial parameters)."""
+    digest = hashlib.sha256(f"{task.name}|{task.loss!r}|{task.model!r}|{task.dtype}".encode())
+    test = (None, None) if task.test is None else (task.test.x, task.test.y)
+    split = (None, None, None) if task.client_test is None else dataclasses.astuple(task.client_test)
+    l2 = task.l2 if isinstance(task.l2, torch.Tensor) else torch.tensor(float(task.l2))
+    hash_tensors(digest, task.x_all, task.y_all, task.offsets, task.weights, l2, *test, *split, task.init_params(0))
+    return digest.hexdigest()[:16]

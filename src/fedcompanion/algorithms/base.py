@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from ..protocol import ActiveClients, LocalObjective, LocalResult, RoundInfo, State
-from ..validation import ConfigError, check_choice
+from ..registry import Registry
+from ..validation import ConfigError
 
 
 @dataclass(frozen=True)
@@ -93,21 +94,26 @@ def delta(received: Messages, result: LocalResult) -> torch.Tensor:
     return result.x - received["x"]
 
 
-REGISTRY: dict[str, type] = {}
+REGISTRY = Registry("algorithm")
 
 
 def register(cls: type) -> type:
-    """Class decorator: make ``cls`` available as ``make(cls.name, ...)``."""
-    REGISTRY[cls.name] = cls
+    """Class decorator: make ``cls`` available as ``make(cls.name, ...)`` (a user's class too: a sweep's workers
+    receive it, so define it in an importable module to run it with ``jobs > 1``)."""
+    if not isinstance(cls, type) or not isinstance(getattr(cls, "name", None), str):
+        raise ConfigError(f"register takes an algorithm class with a name attribute, got {cls!r}")
+    REGISTRY.register(cls.name, cls)
     return cls
+
+
+def is_engine_class(cls: type) -> bool:
+    """Whether ``fc.run`` drives instances of ``cls`` (the ADMM family runs full-batch with its own ``solve``)."""
+    return isinstance(cls, type) and issubclass(cls, Algorithm)
 
 
 def make(name: str, **hyperparameters):
     """Build a registered algorithm, e.g. ``make('fedprox', mu=0.01)``."""
-    if not isinstance(name, str):
-        raise ConfigError(f"algorithm must be a name (str), got {name!r} ({type(name).__name__})")
-    check_choice("algorithm", name, REGISTRY)
-    cls = REGISTRY[name]
+    cls = REGISTRY.get(name)
     allowed = list(inspect.signature(cls).parameters)
     unknown = sorted(set(hyperparameters) - set(allowed))
     if unknown:

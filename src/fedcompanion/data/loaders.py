@@ -1,20 +1,25 @@
 """Centralised datasets as tensors: bundled MNIST and QSAR, torchvision downloads for the rest.
 
 Every loader returns ``(train, test)`` as :class:`ArrayDataset`; federated structure is added
-later by a partitioner (:mod:`fedcompanion.data.partition`).
+later by a partitioner (:mod:`fedcompanion.data.partition`). ``LOADERS`` names them; ``register_dataset`` adds a
+user's own (a loader, or the arrays themselves), whose content digest then becomes part of every cache key that
+uses it (:func:`dataset_digest`), so changed arrays are recomputed, never served stale.
 """
 from __future__ import annotations
 
 import gzip
+import hashlib
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..validation import check_choice, check_number
+from ..registry import Registry
+from ..validation import ConfigError, check_number
 from .files import DataError, cache_dir, verified_path
 
 MNIST_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
@@ -115,17 +120,83 @@ def load_qsar(test_fraction: float = 0.2, seed: int = 0) -> tuple[ArrayDataset, 
     return ArrayDataset(xt[train], yt[train], 2), ArrayDataset(xt[test], yt[test], 2)
 
 
-LOADERS = {
+LOADERS = Registry("dataset")
+LOADERS.update({
     "mnist": load_mnist,
     "qsar": load_qsar,
     "fashion_mnist": lambda: _download("FashionMNIST", ((0.2860,), (0.3530,))),
     "cifar10": lambda: _download(
         "CIFAR10", ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
     ),
-}
+})
 
 
 def load_dataset(name: str, **kwargs) -> tuple[ArrayDataset, ArrayDataset]:
-    """Load a centralised dataset by name: one of ``mnist``, ``qsar``, ``fashion_mnist``, ``cifar10``."""
-    check_choice("dataset", name, LOADERS)
-    return LOADERS[name](**kwargs)
+    """Load a centralised dataset by name: ``mnist``, ``qsar``, ``fashion_mnist``, ``cifar10`` or a registered one."""
+    return LOADERS.get(name)(**kwargs)
+
+
+@dataclass(frozen=True)
+class Arrays:
+    """A loader that returns the arrays it holds: how a user's data (or a notebook's loader, evaluated once)
+    reaches a sweep's worker processes."""
+
+    train: ArrayDataset
+    test: ArrayDataset | None
+
+    def __call__(self) -> tuple[ArrayDataset, ArrayDataset | None]:
+        return self.train, self.test
+
+
+def register_dataset(name: str, loader: Callable | None = None, *, train: ArrayDataset | None = None,
+                     test: ArrayDataset | None = None) -> None:
+    """Make ``dataset=name`` available to every dataset task: either ``loader() -> (train, test)`` or the arrays
+    ``train`` and ``test`` (:class:`ArrayDataset`; ``test`` may be ``None``)."""
+    if (loader is None) == (train is None):
+        raise ConfigError("register_dataset takes a loader or train=ArrayDataset(...), not both or neither")
+    if loader is not None and not callable(loader):
+        raise ConfigError(f"register_dataset's loader must be callable, got {type(loader).__name__}")
+    for what, value in (("train", train), ("test", test)):
+        if value is not None and not isinstance(value, ArrayDataset):
+            raise ConfigError(f"register_dataset's {what} must be an ArrayDataset, got {type(value).__name__}")
+    LOADERS.register(name, loader if loader is not None else Arrays(train, test), user=True)
+
+
+_DIGESTS: dict[int, tuple[Callable, str]] = {}
+
+
+def hash_tensors(digest, *tensors: torch.Tensor | None) -> None:
+    """Feed each tensor's dtype, shape and bytes (or ``none``) to a ``hashlib`` digest."""
+    for t in tensors:
+        if t is None:
+            digest.update(b"none")
+            continue
+        t = t.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{t.dtype}{tuple(t.shape)}".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes())
+
+
+def dataset_digest(name: str) -> str:
+    """SHA-256 (16 hex digits) of what a user dataset's loader returns (shapes, dtypes, bytes, class counts);
+    computed once per registration. A shipped dataset is pinned by ``data/SHA256SUMS`` instead."""
+    loader = LOADERS.get(name)
+    cached = _DIGESTS.get(id(loader))
+    if cached is not None and cached[0] is loader:
+        return cached[1]
+    digest = hashlib.sha256()
+    for part in loader():
+        digest.update(b"none" if part is None else str(part.num_classes).encode())
+        hash_tensors(digest, *((None, None) if part is None else (part.x, part.y)))
+    _DIGESTS[id(loader)] = (loader, digest.hexdigest()[:16])
+    return _DIGESTS[id(loader)][1]
+
+
+def transportable(name: str, loader: Callable) -> Callable:
+    """``loader`` if it can be pickled to a worker process, else the arrays it returns (:class:`Arrays`)."""
+    import pickle
+
+    try:
+        pickle.dumps(loader)
+        return loader
+    except Exception:  # noqa: BLE001  (a notebook's function: evaluate it here, send the arrays)
+        return Arrays(*loader())

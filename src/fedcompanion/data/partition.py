@@ -1,27 +1,56 @@
 """Seeded partitioners: who holds which sample.
 
-Each partitioner takes the labels (or just the sample count), the number of clients and a
-``numpy.random.Generator`` (never global state) and returns one sorted ``int64`` index array per
-client. Together the arrays cover every sample exactly once.
+Every partitioner has one signature, ``partitioner(labels, num_clients, rng, **parameters)``: the labels (some
+use only their count), the number of clients, a ``numpy.random.Generator`` (never global state) and its own
+keyword-only parameters with their defaults. It returns one sorted ``int64`` index array per client; together the
+arrays cover every sample exactly once. ``PARTITIONS`` names them (``register_partition`` adds one); every
+keyword-only parameter of a registered partitioner can be set from a config's ``task_args``.
 """
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import numpy as np
 
-from ..validation import ConfigError, check_choice, check_number
+from ..registry import Registry
+from ..validation import ConfigError, check_number
+
+PARTITIONS = Registry("partition")
 
 
-def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+def register_partition(name: str, partitioner: Callable | None = None):
+    """Register ``partitioner(labels, num_clients, rng, *, ...) -> list of index arrays`` as ``name`` (a
+    decorator without ``partitioner``); its keyword-only parameters become the partition's parameters."""
+    if partitioner is None:
+        return lambda fn: register_partition(name, fn)
+    parameters = inspect.signature(partitioner).parameters
+    if [p.kind for p in list(parameters.values())[:3]] != [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 3:
+        raise ConfigError(f"partitioner {name!r} must take (labels, num_clients, rng, *, ...parameters)")
+    return PARTITIONS.register(name, partitioner)
+
+
+def partition_parameters(scheme: str) -> dict:
+    """The parameters of partition ``scheme`` and their defaults (its partitioner's keyword-only arguments)."""
+    parameters = inspect.signature(PARTITIONS.get(scheme)).parameters.values()
+    return {p.name: p.default for p in parameters if p.kind == inspect.Parameter.KEYWORD_ONLY}
+
+
+@register_partition("iid")
+def iid_partition(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffle, then split into ``num_clients`` parts whose sizes differ by at most one."""
+    num_samples = len(labels)
     _check_clients(num_clients, num_samples)
     return [np.sort(part) for part in np.array_split(rng.permutation(num_samples), num_clients)]
 
 
+@register_partition("dirichlet")
 def dirichlet_partition(
     labels: np.ndarray,
     num_clients: int,
-    alpha: float,
     rng: np.random.Generator,
+    *,
+    alpha: float = 0.5,
     min_size: int = 2,
     max_tries: int = 1000,
 ) -> list[np.ndarray]:
@@ -33,6 +62,7 @@ def dirichlet_partition(
     """
     check_number("alpha", alpha, low=0.0, low_open=True)
     check_number("min_size", min_size, low=1, integer=True)
+    check_number("max_tries", max_tries, low=1, integer=True)
     labels = np.asarray(labels)
     _check_clients(num_clients, len(labels) // max(min_size, 1))
     by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
@@ -53,8 +83,9 @@ def dirichlet_partition(
     )
 
 
+@register_partition("shards")
 def shard_partition(
-    labels: np.ndarray, num_clients: int, shards_per_client: int, rng: np.random.Generator
+    labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, shards_per_client: int = 2
 ) -> list[np.ndarray]:
     """Pathological split (McMahan et al., 2017): sort by label, cut into ``num_clients * k`` shards
     of equal size, and deal ``k`` random shards to each client (so each sees about ``k`` classes)."""
@@ -67,14 +98,17 @@ def shard_partition(
     return [np.sort(np.concatenate([shards[s] for s in row])).astype(np.int64) for row in dealt]
 
 
+@register_partition("quantity")
 def quantity_skew_partition(
-    num_samples: int, num_clients: int, beta: float, rng: np.random.Generator, min_size: int = 2
+    labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, beta: float = 1.0, min_size: int = 2
 ) -> list[np.ndarray]:
     """Quantity skew: IID samples, client sizes proportional to q ~ Dir(beta 1), each >= ``min_size``.
 
     ``min_size`` samples go to every client first; the rest are split by the Dirichlet shares.
     """
     check_number("beta", beta, low=0.0, low_open=True)
+    check_number("min_size", min_size, low=1, integer=True)
+    num_samples = len(labels)
     _check_clients(num_clients * min_size, num_samples)
     spare = num_samples - num_clients * min_size
     q = rng.dirichlet(np.full(num_clients, float(beta)))
@@ -84,27 +118,16 @@ def quantity_skew_partition(
     return [np.sort(p).astype(np.int64) for p in np.split(rng.permutation(num_samples), cuts)]
 
 
-PARTITIONS = {"iid": (), "dirichlet": ("alpha", "min_size"), "shards": ("shards_per_client",), "quantity": ("beta",)}
-
-
 def partition(
-    labels: np.ndarray, num_clients: int, scheme: str, rng: np.random.Generator, **kwargs
+    labels: np.ndarray, num_clients: int, scheme: str, rng: np.random.Generator, **parameters
 ) -> list[np.ndarray]:
-    """Dispatch by name: ``iid``, ``dirichlet`` (alpha, min_size), ``shards`` (shards_per_client),
-    ``quantity`` (beta)."""
-    check_choice("partition", scheme, PARTITIONS)
-    unknown = sorted(set(kwargs) - set(PARTITIONS[scheme]))
+    """Split by the registered partitioner ``scheme`` (``iid``; ``dirichlet``: alpha, min_size, max_tries;
+    ``shards``: shards_per_client; ``quantity``: beta, min_size) with its keyword ``parameters``."""
+    known = partition_parameters(scheme)
+    unknown = sorted(set(parameters) - set(known))
     if unknown:
-        raise ConfigError(f"the {scheme!r} partition has no parameter {unknown}; "
-                          f"its parameters are {list(PARTITIONS[scheme])}")
-    n = len(labels)
-    if scheme == "iid":
-        return iid_partition(n, num_clients, rng)
-    if scheme == "dirichlet":
-        return dirichlet_partition(labels, num_clients, kwargs.get("alpha", 0.5), rng, kwargs.get("min_size", 2))
-    if scheme == "shards":
-        return shard_partition(labels, num_clients, kwargs.get("shards_per_client", 2), rng)
-    return quantity_skew_partition(n, num_clients, kwargs.get("beta", 1.0), rng)
+        raise ConfigError(f"the {scheme!r} partition has no parameter {unknown}; its parameters are {list(known)}")
+    return PARTITIONS[scheme](np.asarray(labels), num_clients, rng, **parameters)
 
 
 def label_counts(parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> np.ndarray:

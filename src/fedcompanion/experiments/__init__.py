@@ -1,0 +1,24 @@
+"""Experiments: a run as data, its cache, sweeps over many, and reading them back; the one pipeline every figure
+uses.
+
+* :mod:`.config`: :class:`ExperimentConfig`, its validation and its key (the config, the fingerprint of the code
+  the run executes, a digest of a user's own data);
+* :mod:`.runner`: one config, run (the driver whose code every run's fingerprint covers);
+* :mod:`.cache`: the results folder's files, written atomically and verified when read;
+* :mod:`.sweep`: the configs not yet cached, run in worker processes;
+* :mod:`.analysis`: timings, last-round summaries and the tuning rule;
+* :mod:`.named_metrics`: extra metrics by name.
+"""
+from ..tasks import PARTITIONED_TASKS, TASKS, register_task
+from .analysis import choose_setting, summarize, timings
+from .cache import CacheMiss, is_cached, load_params, load_result, read_history, store
+from .config import ExperimentConfig, config_columns
+from .named_metrics import METRICS, register_metric
+from .runner import RUN_THREADS, build_task, run_config
+from .sweep import sweep
+
+__all__ = [
+    "METRICS", "PARTITIONED_TASKS", "RUN_THREADS", "TASKS", "CacheMiss", "ExperimentConfig", "build_task",
+    "choose_setting", "config_columns", "is_cached", "load_params", "load_result", "read_history", "register_metric",
+    "register_task", "run_config", "store", "summarize", "sweep", "timings",
+]

@@ -1,0 +1,58 @@
+"""Reading cached runs for figures and tuning: timings, last-round summaries and the tuning rule."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .cache import load_result
+from .config import ExperimentConfig
+
+
+def timings(configs: list[ExperimentConfig], results_dir: str | Path = "results") -> pd.DataFrame:
+    """``label, seed, round, compute_time`` of cached runs (seconds vary between runs, so they are kept apart
+    from the histories)."""
+    frames = []
+    for c in configs:
+        meta = load_result(c, results_dir)[1]
+        if meta.get("timing"):
+            frames.append(pd.DataFrame(meta["timing"]).assign(label=c.label or c.algorithm, seed=c.seed))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def summarize(frame: pd.DataFrame, metric: str, **where: Any) -> pd.DataFrame:
+    """The global ``metric`` at the last evaluated round of each run, as label x seed."""
+    rows = frame[(frame.metric == metric) & (frame.client == -1)]
+    for k, v in where.items():
+        rows = rows[rows[k] == v]
+    last = rows.sort_values("round").groupby(["label", "seed"]).tail(1)
+    return last.pivot(index="label", columns="seed", values="value")
+
+
+def choose_setting(scores: pd.DataFrame, margin: float, grid: dict[str, list]) -> dict:
+    """The tuned setting of one method, with a documented tie rule and the edges reported.
+
+    ``scores`` has one row per setting: a ``score`` column (larger is better; a diverged run scores -inf) and one
+    column per tuned parameter, whose grid values (in increasing order) are in ``grid``. Rule: among the settings
+    within ``margin`` of the best score, take the one with the smallest values (the first parameter first): the
+    most conservative of those the noise cannot tell apart, so last-bit differences do not flip the choice.
+    Returns the chosen row as a dict, plus ``at_edge`` (the parameters with at least three grid values whose
+    chosen value is the largest or smallest of its grid) and ``next_diverged`` (whether the next larger value of
+    the first parameter, with the others as chosen, diverged: the choice sits at the edge of stability).
+    """
+    best = scores.score.max()
+    names = list(grid)
+    close = scores[scores.score >= best - margin].sort_values(names)
+    chosen = close.iloc[0].to_dict()
+    at_edge = [n for n in names if len(grid[n]) > 2 and chosen[n] in (grid[n][0], grid[n][-1])]
+    first = names[0]
+    larger = [v for v in grid[first] if v > chosen[first]]
+    next_diverged = False
+    if larger:
+        same = scores[(scores[first] == larger[0])]
+        for n in names[1:]:
+            same = same[same[n] == chosen[n]]
+        next_diverged = bool(len(same) and not np.isfinite(same.score).all())
+    return {**chosen, "at_edge": at_edge, "next_diverged": next_diverged}

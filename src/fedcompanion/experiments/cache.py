@@ -1,0 +1,153 @@
+"""The on-disk results cache: a run's files, written atomically and verified when read.
+
+A run's key's SHA-256 (:meth:`ExperimentConfig.hash`) names its files in the results folder:
+
+* ``<hash>.csv.gz``: the tidy history (``round, client, metric, value``);
+* ``<hash>.pt``: the final global model, only with ``save_params=True`` (``torch.save``; load it with
+  ``weights_only=True``);
+* ``<hash>.json``: config (its key), status, timings, the machine's numerical platform
+  (:func:`~fedcompanion.machine.numerical_platform`), and the SHA-256 and size of the other two, written last.
+
+Every file is written atomically (temp file, then rename). Loading verifies the JSON, the digests, the row
+count and the tensor shape; any mismatch warns, naming the file, and the run is recomputed.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..machine import numerical_platform
+from ..protocol import RunResult
+from ..validation import ConfigError
+from .config import ExperimentConfig
+from .runner import RUN_THREADS
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be shared
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _history_bytes(history: pd.DataFrame) -> bytes:
+    text = history.to_csv(index=False).encode()
+    return gzip.compress(text, compresslevel=6, mtime=0)  # mtime 0: the same history gives the same bytes
+
+
+def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path) -> None:
+    """Write a run's files (history, optional model, then the JSON that vouches for them)."""
+    folder = Path(results_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    h = config.hash()
+    history = _history_bytes(result.history)
+    _atomic_write(folder / f"{h}.csv.gz", history)
+    params = None
+    if config.save_params:
+        buffer = io.BytesIO()
+        torch.save(result.params.detach().cpu(), buffer)
+        _atomic_write(folder / f"{h}.pt", buffer.getvalue())
+        params = {"sha256": _sha256(buffer.getvalue()), "shape": list(result.params.shape)}
+    timing = None if result.timing is None else result.timing.to_dict(orient="list")
+    meta = {"config": config.key(), "label": config.label, "status": result.status,
+            "diverged_round": result.diverged_round, "wall_time": result.wall_time, "timing": timing,
+            "history": {"sha256": _sha256(history), "rows": len(result.history)}, "params": params,
+            "threads": RUN_THREADS, "platform": numerical_platform()}
+    _atomic_write(folder / f"{h}.json", json.dumps(meta, indent=1).encode())
+
+
+class CacheMiss(Exception):
+    """A run's files are absent, or present but not what their JSON vouches for (the message says which)."""
+
+
+def read_history(path: Path, expected: dict) -> pd.DataFrame:
+    """The history in ``path`` if it is what its JSON vouches for (``expected``: its ``history`` entry, the sha256 and
+    row count); raises :class:`CacheMiss` naming the file otherwise."""
+    if not path.exists():
+        raise CacheMiss(f"{path} is missing")
+    data = path.read_bytes()
+    if _sha256(data) != expected.get("sha256"):
+        raise CacheMiss(f"{path} does not match its recorded digest (truncated or edited?)")
+    history = pd.read_csv(io.BytesIO(data), compression="gzip")
+    if len(history) != expected.get("rows") or list(history.columns) != ["round", "client", "metric", "value"]:
+        raise CacheMiss(f"{path} does not have the recorded rows and columns")
+    return history
+
+
+def _load(config: ExperimentConfig, folder: Path, with_params: bool = False):
+    """(history, meta[, params]) of a cached run; raises :class:`CacheMiss`."""
+    h = config.hash()
+    meta_path, history_path, params_path = folder / f"{h}.json", folder / f"{h}.csv.gz", folder / f"{h}.pt"
+    if not meta_path.exists():
+        raise CacheMiss("")
+    try:
+        meta = json.loads(meta_path.read_text())
+        expected = meta["history"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise CacheMiss(f"{meta_path} is not a valid results record ({type(exc).__name__})") from exc
+    if meta.get("config") != json.loads(json.dumps(config.key(), default=list)):
+        raise CacheMiss(f"{meta_path} describes another config")
+    if not isinstance(expected, dict):
+        raise CacheMiss(f"{meta_path} is not a valid results record (history)")
+    history = read_history(history_path, expected)
+    if not with_params:
+        return history, meta
+    if meta.get("params") is None:
+        raise CacheMiss(f"{meta_path}: this run was stored without its model (set save_params=True)")
+    if not params_path.exists():
+        raise CacheMiss(f"{params_path} is missing")
+    blob = params_path.read_bytes()
+    if _sha256(blob) != meta["params"].get("sha256"):
+        raise CacheMiss(f"{params_path} does not match its recorded digest")
+    params = torch.load(io.BytesIO(blob), weights_only=True)
+    if not isinstance(params, torch.Tensor) or list(params.shape) != meta["params"].get("shape"):
+        raise CacheMiss(f"{params_path} does not hold a tensor of the recorded shape")
+    return history, meta, params
+
+
+def is_cached(config: ExperimentConfig, results_dir: str | Path, with_params: bool = False) -> bool:
+    """Whether a verified result of ``config`` is in ``results_dir`` (warns, naming the file, if one is there
+    but fails verification)."""
+    try:
+        _load(config, Path(results_dir), with_params or config.save_params)
+        return True
+    except CacheMiss as miss:
+        if str(miss):
+            warnings.warn(f"{miss}; the run will be recomputed", stacklevel=2)
+        return False
+
+
+def load_result(config: ExperimentConfig, results_dir: str | Path) -> tuple[pd.DataFrame, dict]:
+    """(history, metadata) of a cached run (``ConfigError`` if it is not there or fails verification)."""
+    try:
+        return _load(config, Path(results_dir))
+    except CacheMiss as miss:
+        reason = str(miss) or "not run yet"
+        raise ConfigError(f"no verified result for {config.label or config.hash()}: {reason}") from None
+
+
+def load_params(config: ExperimentConfig, results_dir: str | Path) -> torch.Tensor:
+    """The final global model of a cached run stored with ``save_params=True``."""
+    try:
+        return _load(config, Path(results_dir), with_params=True)[2]
+    except CacheMiss as miss:
+        reason = str(miss) or "not run yet"
+        raise ConfigError(f"no verified model for {config.label or config.hash()}: {reason}") from None

@@ -1,0 +1,235 @@
+"""A run as data (:class:`ExperimentConfig`), its validation, and its key: what names its cached results.
+
+The key is the canonical JSON of the config (``label`` excluded; for the ADMM family, without the engine-only
+fields), plus ``code``: the fingerprint of the code this run executes (:mod:`fedcompanion.fingerprint`, from
+the run driver, its algorithm, task builder, dataset loader, partitioner and metrics), plus ``data`` for a user's
+own dataset or task: a digest of its content, not its name.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..algorithms.base import REGISTRY, is_engine_class
+from ..data.loaders import LOADERS, dataset_digest
+from ..data.partition import PARTITIONS, partition_parameters
+from ..engine import LocalWork
+from ..engine.run import ENGINES
+from ..engine.sampling import SAMPLINGS
+from ..fingerprint import fingerprint
+from ..protocol import DIVERGENCE_FACTOR
+from ..registry import registry
+from ..tasks import PARTITIONED_TASKS, TASKS, task_digest
+from ..validation import ConfigError, check_choice, check_device, check_number
+
+DRIVER = f"{__name__.rpartition('.')[0]}.runner"  # the module that runs a config: every run executes it
+ENGINE_ONLY = ("clients_per_round", "lr", "local", "sampling", "engine")
+
+
+@dataclass
+class ExperimentConfig:
+    """One run, as data.
+
+    Attributes:
+        task: builder name (``dataset``, ``least_squares``, ``synthetic``, ``qsar``, ``clustering``, or one
+            registered with ``register_task``).
+        task_args: keyword arguments of the builder (its ``seed`` is the config's ``seed``); for a partitioned task
+            (``dataset``, ``clustering``), also the partition's parameters.
+        algorithm, hyperparameters: ``fedcompanion.make(algorithm, **hyperparameters)``.
+        rounds: communication rounds (iterations for the ADMM family).
+        clients_per_round, lr, local, sampling, engine: as in :func:`fedcompanion.run` (``local`` holds the
+            keyword arguments of :class:`~fedcompanion.engine.LocalWork`); ignored by the ADMM family.
+        eval_every: evaluate every so many rounds (the ADMM family: record every so many iterations).
+        per_client_metrics: record each client's loss and accuracy at each evaluation.
+        eval_train: evaluate on the clients' training data (see :func:`fedcompanion.run`).
+        metrics: extra metrics by name (see ``METRICS``): ``suboptimality``, ``distance_to_optimum``,
+            ``clustering_objective``, ``clustering_accuracy``, or one registered with ``register_metric``.
+        tol: the ADMM family's stopping tolerance on ||grad f(y)||^2 (``None``: run all iterations).
+        divergence_factor: a run whose loss exceeds this multiple of its initial one stops as diverged.
+        save_params: also store the final model (``load_params``).
+        device: ``cpu`` or ``cuda``.
+        label: a display name; not part of the key.
+    """
+
+    task: str = "dataset"
+    task_args: dict = field(default_factory=dict)
+    algorithm: str = "fedavg"
+    hyperparameters: dict = field(default_factory=dict)
+    rounds: int = 50
+    clients_per_round: int | None = 10
+    lr: float = 0.05
+    local: dict = field(default_factory=lambda: {"epochs": 1.0, "batch_size": 32})
+    sampling: str = "uniform"
+    eval_every: int = 1
+    per_client_metrics: bool = True
+    eval_train: bool = True
+    metrics: list = field(default_factory=list)
+    tol: float | None = None
+    divergence_factor: float | None = DIVERGENCE_FACTOR
+    seed: int = 0
+    engine: str = "batched"
+    save_params: bool = False
+    device: str = "cpu"
+    label: str = ""
+
+    @property
+    def is_engine_run(self) -> bool:
+        """Whether ``fc.run`` drives it (else the ADMM family's ``solve``); decided by the class, nothing built."""
+        return is_engine_class(REGISTRY.get(self.algorithm))
+
+    # ------------------------------------------------------------------ the key
+    def _dataset(self) -> str | None:
+        if "dataset" in self.task_args:
+            return self.task_args["dataset"]
+        parameter = inspect.signature(TASKS.get(self.task)).parameters.get("dataset")
+        return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+
+    def _partition_scheme(self) -> str | None:
+        if self.task not in PARTITIONED_TASKS:
+            return None
+        return self.task_args.get("partition_scheme",
+                                  inspect.signature(TASKS[self.task]).parameters["partition_scheme"].default)
+
+    def code_roots(self) -> list:
+        """What the run executes, as fingerprint roots: the driver, the algorithm's classes (and any algorithm a
+        hyperparameter names, e.g. two_block's inner one), the task builder, its loader, partitioner and metrics."""
+        roots: list = [DRIVER, *REGISTRY.get(self.algorithm).__mro__[:-1], TASKS.get(self.task)]
+        named = [v for v in _leaves(self.hyperparameters) if isinstance(v, str) and v in REGISTRY]
+        roots += [cls for name in named for cls in REGISTRY[name].__mro__[:-1]]
+        dataset, scheme = self._dataset(), self._partition_scheme()
+        if isinstance(dataset, str) and dataset in LOADERS and dataset not in LOADERS.user:  # a user's: its digest
+            roots.append(LOADERS[dataset])
+        if isinstance(scheme, str) and scheme in PARTITIONS:
+            roots.append(PARTITIONS[scheme])
+        roots += [registry("metric")[m] for m in self.metrics if m in registry("metric")]
+        return roots
+
+    def data_digest(self) -> str | None:
+        """A digest of a user's own data (a registered dataset's arrays, or a registered task's content)."""
+        if self.task in TASKS.user:
+            return _user_task_digest(self.task, json.dumps(self.task_args, sort_keys=True), self.seed,
+                                     TASKS[self.task])
+        dataset = self._dataset()
+        return dataset_digest(dataset) if isinstance(dataset, str) and dataset in LOADERS.user else None
+
+    def key(self) -> dict:
+        """What names the run's results: the config (no label; for the ADMM family, no engine-only fields), the
+        fingerprint of the code it executes and, for a user's own data, its digest."""
+        d = dataclasses.asdict(self)
+        d.pop("label")
+        if not self.is_engine_run:
+            for name in ENGINE_ONLY:
+                d.pop(name)
+        d["code"] = fingerprint(self.code_roots())
+        data = self.data_digest()
+        if data is not None:
+            d["data"] = data
+        return d
+
+    def task_key(self) -> str:
+        """What the task depends on, as JSON (the per-process task cache's key)."""
+        key = self.key()
+        return json.dumps({k: key.get(k) for k in ("task", "task_args", "seed", "code", "data")}, sort_keys=True,
+                          default=list)
+
+    def hash(self) -> str:
+        """The first 16 hex digits of the key's SHA-256: the stem of the run's files."""
+        blob = json.dumps(self.key(), sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> ExperimentConfig:
+        """Fail now, naming the parameter, rather than in a worker process later."""
+        from ..algorithms import make
+
+        for name, kind in (("task_args", dict), ("hyperparameters", dict), ("local", dict), ("metrics", list)):
+            if not isinstance(getattr(self, name), kind):
+                raise ConfigError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        TASKS.get(self.task)
+        self._check_task_args()
+        make(self.algorithm, **self.hyperparameters)
+        check_number("rounds", self.rounds, low=1, integer=True)
+        check_number("eval_every", self.eval_every, low=1, integer=True)
+        check_number("seed", self.seed, low=0, integer=True)
+        if self.divergence_factor is not None:
+            check_number("divergence_factor", self.divergence_factor, low=1.0)
+        for name in ("per_client_metrics", "save_params", "eval_train"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for metric in self.metrics:
+            registry("metric").get(metric)
+        if not isinstance(self.device, str):
+            raise ConfigError(f"device must be a str such as 'cpu' or 'cuda', got {self.device!r}")
+        check_device(self.device)
+        if self.is_engine_run:
+            fields = [f.name for f in dataclasses.fields(LocalWork)]
+            unknown = sorted(set(self.local) - set(fields))
+            if unknown:
+                raise ConfigError(f"local has no field {unknown}; LocalWork's fields are {fields}")
+            LocalWork(**self.local)
+            check_number("lr", self.lr, low=0.0, low_open=True)
+            check_choice("engine", self.engine, ENGINES)
+            check_choice("sampling", self.sampling, SAMPLINGS)
+            if self.clients_per_round is not None:
+                check_number("clients_per_round", self.clients_per_round, low=1, integer=True)
+            if self.tol is not None:
+                raise ConfigError(f"tol applies to the ADMM family only, not to {self.algorithm}")
+        else:
+            if self.task not in ("least_squares", "qsar"):
+                raise ConfigError(f"{self.algorithm} solves convex tasks only (least_squares, qsar), got {self.task!r}")
+            if self.tol is not None:
+                check_number("tol", self.tol, low=0.0, low_open=True)
+        return self
+
+    def _check_task_args(self) -> None:
+        builder = TASKS[self.task]
+        fixed = ("seed", "partition_kwargs", "dtype", "device")  # the config's own, or not expressible in JSON
+        parameters = inspect.signature(builder).parameters
+        allowed = [p for p, v in parameters.items() if p not in fixed and v.kind != inspect.Parameter.VAR_KEYWORD]
+        scheme = self._partition_scheme()
+        if scheme is not None:
+            PARTITIONS.get(scheme)
+        extra = list(partition_parameters(scheme)) if scheme is not None else []
+        unknown = sorted(set(self.task_args) - set(allowed) - set(extra))
+        if unknown:
+            where = f" and the {scheme!r} partition's" if scheme is not None else ""
+            raise ConfigError(f"task {self.task!r} has no argument {unknown}; its arguments{where} are "
+                              f"{allowed + extra}")
+        dataset = self._dataset()
+        if "dataset" in parameters and dataset is not None:
+            LOADERS.get(dataset)
+
+
+def _leaves(value) -> list:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+_USER_TASK_DIGESTS: dict = {}
+
+
+def _user_task_digest(name: str, args_json: str, seed: int, builder) -> str:
+    """The digest of a registered user task, built once per (builder, arguments, seed) in this process."""
+    key = (name, args_json, seed, id(builder))
+    cached = _USER_TASK_DIGESTS.get(key)
+    if cached is None or cached[0] is not builder:
+        _USER_TASK_DIGESTS[key] = (builder, task_digest(builder(seed=seed, **json.loads(args_json))))
+    return _USER_TASK_DIGESTS[key][1]
+
+
+def config_columns(config: ExperimentConfig) -> dict[str, Any]:
+    """The config as flat columns for results tables: fields, and each hyperparameter under its own name."""
+    columns = {"label": config.label or config.algorithm, "task": config.task, "algorithm": config.algorithm,
+               "seed": config.seed, "lr": config.lr, "clients_per_round": config.clients_per_round,
+               "rounds": config.rounds}
+    for name, value in sorted(config.hyperparameters.items()):
+        column = name if name not in columns else f"hp_{name}"
+        columns[column] = value if isinstance(value, (int, float, str, bool, type(None))) else json.dumps(value)
+    return columns

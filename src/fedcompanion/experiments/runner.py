@@ -1,0 +1,59 @@
+"""One config, run: build its task, build its algorithm, drive it (``fc.run`` or the ADMM family's ``solve``).
+
+This is the run driver every cached result comes from, so its code is part of every run's fingerprint; nothing
+here knows about files or processes.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import pandas as pd
+
+from ..algorithms import make
+from ..algorithms.base import is_engine_algorithm
+from ..engine import LocalWork, run
+from ..protocol import RunResult
+from ..registry import registry
+from ..tasks import TASKS
+from ..validation import ConfigError
+
+RUN_THREADS = 1  # torch threads per run in a sweep: fixed, so that float32 results never depend on ``jobs``
+
+
+@functools.lru_cache(maxsize=4)
+def _build_task(name: str, args_json: str, seed: int, key_json: str):
+    return TASKS[name](seed=seed, **json.loads(args_json))
+
+
+def build_task(config):
+    """The config's task (cached per process under the config's task and code key, so a re-registered builder or
+    dataset is rebuilt; tasks are never changed by a run, so sharing one is safe)."""
+    args = dict(config.task_args)
+    if "hidden" in args:
+        args["hidden"] = tuple(args["hidden"])
+    return _build_task(config.task, json.dumps(args, sort_keys=True), config.seed, config.task_key())
+
+
+def run_config(config, progress: bool = False) -> RunResult:
+    """Run one config (with whatever torch threads are set) and return the :class:`~fedcompanion.RunResult`."""
+    config.validate()
+    task = build_task(config).to(config.device)
+    algorithm = make(config.algorithm, **config.hyperparameters)
+    extra = {name: registry("metric")[name](task, config) for name in config.metrics}  # their code: in the key
+    if not is_engine_algorithm(algorithm):
+        result = algorithm.solve(task, config.rounds, tol=config.tol, record_every=config.eval_every,
+                                 divergence_factor=config.divergence_factor, progress=progress)
+        if extra:  # evaluated at the final point only: the solver's own metrics cover every iteration
+            last = result.rounds_run
+            rows = pd.DataFrame([(last, -1, name, float(fn(result.params))) for name, fn in extra.items()],
+                                columns=result.history.columns)
+            result.history = pd.concat([result.history, rows], ignore_index=True)
+        return result
+    if config.clients_per_round is not None and config.clients_per_round > task.num_clients:
+        raise ConfigError(f"clients_per_round must be between 1 and num_clients={task.num_clients}, "
+                          f"got {config.clients_per_round}")
+    return run(task, algorithm, config.rounds, config.clients_per_round, config.seed, config.engine, lr=config.lr,
+               local=LocalWork(**config.local), sampling=config.sampling, eval_every=config.eval_every,
+               per_client_metrics=config.per_client_metrics, extra_metrics=extra,
+               divergence_factor=config.divergence_factor, eval_train=config.eval_train, progress=progress)

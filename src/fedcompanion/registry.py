@@ -1,0 +1,86 @@
+"""Registries by name, one kind each (algorithm, task, dataset, partition, metric), that a user can extend.
+
+A :class:`Registry` is a dict from name to entry with a ``register`` method (usable as a decorator) and a
+``get`` that fails with the known names. What a user registers from outside the package is remembered as
+*user entries*: a sweep with ``jobs > 1`` sends them to its worker processes (:func:`user_entries`,
+:func:`restore`), so a dataset or algorithm registered in a notebook runs in parallel like a built-in one.
+"""
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from .validation import ConfigError, check_choice
+
+PACKAGE = __name__.rpartition(".")[0]
+_ALL: dict[str, Registry] = {}
+
+
+class Registry(dict):
+    """Name -> entry for one ``kind`` of thing. ``register(name, entry)`` or ``@register(name)``; ``get(name)``."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.user: set[str] = set()  # names registered from outside the package
+        _ALL[kind] = self
+
+    def register(self, name: str, entry: Any = None, *, user: bool | None = None) -> Any:
+        """Register ``entry`` under ``name`` (replacing an earlier one); without ``entry``, a decorator. ``user``:
+        whether it is a user entry (default: whether it was defined outside the package)."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"a {self.kind} is registered under a non-empty name (str), got {name!r}")
+        if entry is None:
+            return lambda obj: self.register(name, obj, user=user)
+        super().__setitem__(name, entry)
+        if user is None:
+            user = (getattr(entry, "__module__", None) or "").split(".")[0] != PACKAGE
+        (self.user.add if user else self.user.discard)(name)
+        return entry
+
+    def __setitem__(self, name: str, entry: Any) -> None:
+        self.register(name, entry)
+
+    def update(self, *args, **kwargs) -> None:  # dict.update would bypass __setitem__
+        for name, entry in dict(*args, **kwargs).items():
+            self[name] = entry
+
+    def get(self, name: str) -> Any:  # noqa: D102  (dict.get's name, a checked lookup)
+        if not isinstance(name, str):
+            raise ConfigError(f"{self.kind} must be a name (str), got {name!r} ({type(name).__name__})")
+        check_choice(self.kind, name, self)
+        return self[name]
+
+
+def registry(kind: str) -> Registry:
+    """The registry of ``kind`` (``algorithm``, ``task``, ``dataset``, ``partition``, ``metric``)."""
+    check_choice("registry kind", kind, _ALL)
+    return _ALL[kind]
+
+
+def user_entries(prepare: dict[str, Callable[[str, Any], Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Every user entry, by kind, made ready to travel to another process: ``prepare[kind](name, entry)`` may
+    replace an entry (e.g. a dataset loader by the arrays it returns). Raises :class:`ConfigError` naming an entry
+    that cannot be pickled (a class or function defined in a notebook: define it in a module, or use jobs=1)."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, reg in _ALL.items():
+        for name in sorted(reg.user):
+            entry = reg[name]
+            if prepare and kind in prepare:
+                entry = prepare[kind](name, entry)
+            try:
+                pickle.dumps(entry)
+            except Exception as exc:  # noqa: BLE001  (pickle raises several kinds)
+                raise ConfigError(
+                    f"the {kind} {name!r} cannot be sent to worker processes ({type(exc).__name__}: {exc}); "
+                    "define it in an importable module (a .py file) or run the sweep with jobs=1") from None
+            out.setdefault(kind, {})[name] = entry
+    return out
+
+
+def restore(entries: dict[str, dict[str, Any]]) -> None:
+    """Register ``entries`` (from :func:`user_entries`) in this process: a sweep worker's initializer."""
+    for kind, named in entries.items():
+        for name, entry in named.items():
+            registry(kind).register(name, entry, user=True)

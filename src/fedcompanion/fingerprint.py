@@ -59,17 +59,16 @@ def module_file(module: str) -> Path | None:
 
 
 @functools.cache
-def _parsed(path: Path, mtime_ns: int, size: int) -> tuple[str, tuple[ast.AST, ...]]:
-    """(SHA-256 of the normalised source, the import statements) of one file, read again when it changes."""
+def _parsed(path: Path) -> tuple[str, tuple[ast.AST, ...]]:
+    """(SHA-256 of the normalised source, the import statements) of one file, read once per process: a module is
+    imported once too, so a file edited under a running kernel is not taken for the code that kernel runs."""
     tree = ast.parse(path.read_text())
     imports = tuple(n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
     return hashlib.sha256(normalised(tree).encode()).hexdigest(), imports
 
 
 def _module(module: str) -> tuple[str, tuple[ast.AST, ...]]:
-    path = module_file(module)
-    stat = path.stat()
-    return _parsed(path, stat.st_mtime_ns, stat.st_size)
+    return _parsed(module_file(module))
 
 
 def _absolute(module: str, node: ast.ImportFrom) -> str:

@@ -96,13 +96,13 @@ def test_adafedadam_server_step_matches_an_independent_reading(weighting, warmup
     expected = _reference_adafedadam(updates.tolist(), grad_norms.tolist(), losses.tolist(), initial.tolist(),
                                      sizes.tolist(), 0.01, alpha, weighting, warmup, steps)
     algo = fc.make("adafedadam", alpha=alpha, weighting=weighting, warmup_steps=warmup)
-    state = algo.server_init(torch.zeros(p, dtype=torch.float64))
+    state = algo.init_server(None, torch.zeros(p, dtype=torch.float64))
     t64 = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
     for t in range(steps):
         state = algo.server_step(state, t64(updates[t]), t64(grad_norms[t]), t64(losses[t]), t64(initial),
                                  t64(sizes), 0.01)
     assert np.allclose(state.x.numpy(), expected, rtol=1e-12, atol=1e-15)
-    assert state.step == steps and abs(state.certainty - 1) > 0.1, "certainties other than 1 were exercised"
+    assert state.opt.step == steps and abs(state.opt.certainty - 1) > 0.1, "certainties other than 1 were exercised"
 
 
 def test_code_mode_scales_by_certainty_from_the_seventh_step_only():
@@ -111,13 +111,13 @@ def test_code_mode_scales_by_certainty_from_the_seventh_step_only():
     # eta' = ||update|| / ||grad|| = 0.707 / 0.0707 = 10 eta_k with eta_k = 1: C = ln 10 + 1
     one = torch.ones(1, dtype=torch.float64)
     args = (one * math.sqrt(0.5) / 10, one, one, one, 1.0)
-    state, moves = algo.server_init(torch.zeros(2, dtype=torch.float64)), []
+    state, moves = algo.init_server(None, torch.zeros(2, dtype=torch.float64)), []
     for _ in range(8):
         new = algo.server_step(state, update, *args)
         moves.append(float((new.x - state.x).abs().max()))
         state = new
     c = math.log(10) + 1
-    assert abs(state.certainty - c) < 1e-9
+    assert abs(state.opt.certainty - c) < 1e-9
     # Adam's step is lr * m_hat / sqrt(v_hat) = lr for a constant gradient: 1e-3 for 6 steps, then C * 1e-3
     assert np.allclose(moves[:6], 1e-3, rtol=1e-6) and np.allclose(moves[6:], c * 1e-3, rtol=1e-6)
 
@@ -149,10 +149,10 @@ def test_fedyogi_and_fedadagrad_second_moments_by_hand():
     yogi = fc.make("fedyogi", server_lr=1.0, betas=(b1, b2), tau=tau)
     s = yogi.server_update(yogi.init_server(task, torch.zeros(2, dtype=torch.float64)), info, {"delta": deltas})
     v = tau**2 - (1 - b2) * g * g * torch.sign(tau**2 - g * g)
-    assert torch.allclose(s.v, v, rtol=1e-15) and torch.allclose(s.x, -(1 - b1) * g / (v.sqrt() + tau), rtol=1e-14)
+    assert torch.allclose(s.opt.v, v, rtol=1e-15) and torch.allclose(s.x, -(1 - b1) * g / (v.sqrt() + tau), rtol=1e-14)
     adagrad = fc.make("fedadagrad", server_lr=1.0, betas=(b1, b2), tau=tau)
     s = adagrad.server_update(adagrad.init_server(task, torch.zeros(2, dtype=torch.float64)), info, {"delta": deltas})
-    assert torch.allclose(s.v, tau**2 + g * g, rtol=1e-15)
+    assert torch.allclose(s.opt.v, tau**2 + g * g, rtol=1e-15)
 
 
 def test_fedadam_with_bias_correction_is_torch_adam_on_the_pseudo_gradient(lsq_sized):

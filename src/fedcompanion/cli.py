@@ -2,7 +2,7 @@
 
     fedcompanion run config.yaml [--results results] [--jobs 2] [--refresh]
     fedcompanion list
-    fedcompanion report [--results results]
+    fedcompanion report [--results results] [--output REPRODUCTION.md] [--readme README.md]
 
 A config file holds one experiment (the fields of :class:`~fedcompanion.experiments.ExperimentConfig`), or a sweep::
 
@@ -107,8 +107,12 @@ def cmd_run(args) -> int:
     path = Path(args.config)
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
     try:
-        data = yaml.safe_load(path.read_text())
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
+            raise ConfigError(f"{path} uses a YAML alias (*name); write each value out (aliases can nest into a "
+                              "document that no machine can hold)")
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     configs = configs_from(data, str(path))
@@ -156,11 +160,21 @@ def cmd_list(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import ROOT, write_report
+    from .report import NoSummaries, write_report
 
-    path = write_report(Path(args.results), ROOT / "REPRODUCTION.md", ROOT / "README.md")
+    try:
+        path = write_report(Path(args.results), Path(args.output), Path(args.readme) if args.readme else None)
+    except NoSummaries as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"wrote {path}")
     return 0
+
+
+def _root() -> Path:
+    from .report import ROOT
+
+    return ROOT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="algorithms, tasks and partitioners with their hyperparameters and defaults")
     report = sub.add_parser("report", help="rebuild REPRODUCTION.md (and README's claims table) from the results")
     report.add_argument("--results", default="results")
+    report.add_argument("--output", default=str(_root() / "REPRODUCTION.md"), help="the report to write")
+    report.add_argument("--readme", default=str(_root() / "README.md"),
+                        help="the README whose claims table is replaced ('' for none)")
     args = parser.parse_args(argv)
     try:
         return {"run": cmd_run, "list": cmd_list, "report": cmd_report}[args.command](args)

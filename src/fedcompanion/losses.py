@@ -27,6 +27,7 @@ class Loss:
     labelled = False  # predicts labels, so accuracy means something
     linear = False  # has phi, phi', phi'' of a linear predictor (see module docstring)
     curvature_bound = float("nan")
+    target_ndim = 1  # one target per row (clustering's are rows of assignments)
 
     def per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -38,8 +39,14 @@ class Loss:
         return torch.full(out.shape[:1], float("nan"), dtype=out.dtype, device=out.device)
 
     def check_targets(self, y: torch.Tensor, where: str) -> None:
+        if y.ndim != self.target_ndim:
+            shape = "[n]" if self.target_ndim == 1 else f"{self.target_ndim} dimensions"
+            raise ConfigError(f"{where}: {self.name} needs one target per row, shape {shape}; got {tuple(y.shape)}")
         if y.is_floating_point() and not torch.isfinite(y).all():
             raise ConfigError(f"{where}: targets contain NaN or inf")
+
+    def check_outputs(self, out: torch.Tensor, y: torch.Tensor, where: str) -> None:
+        """Raise, naming the problem, if the model's outputs ``out`` (of some rows) cannot score targets ``y``."""
 
     def target_dtype(self, dtype: torch.dtype) -> torch.dtype:
         return dtype
@@ -80,6 +87,10 @@ class CrossEntropy(Loss):
                               f"such as {float(y[y != y.round()][0])}")
         if len(y) and int(y.min()) < 0:
             raise ConfigError(f"{where}: class labels must be >= 0, got {int(y.min())}")
+
+    def check_outputs(self, out, y, where):
+        if len(y) and int(y.max()) >= out.shape[-1]:
+            raise ConfigError(f"{where}: labels up to {int(y.max())} but the model has {out.shape[-1]} outputs")
 
 
 class Logistic(Loss):
@@ -138,6 +149,7 @@ class Cluster(Loss):
     hard k-means loss :math:`\min_c d_c` (the targets are the algorithm's private block, not data)."""
 
     name = "cluster"
+    target_ndim = 2
 
     def per_sample(self, out, y):
         return (y * out).sum(-1)

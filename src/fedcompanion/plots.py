@@ -1,7 +1,7 @@
 """Figures: a consistent look, the label-mix plot, curves with spread over seeds, atomic saving."""
 from __future__ import annotations
 
-import os
+import io
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .atomic import write_atomic
 from .data.partition import label_counts
 
 
@@ -85,9 +86,8 @@ def save_figure(fig, name: str, folder: str | Path = "figures") -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         path = folder / f"{name}.{ext}"
-        tmp = folder / f".{name}.tmp.{ext}"
         metadata = {"CreationDate": None} if ext == "pdf" else {}  # byte-identical PDFs on every run
-        fig.savefig(tmp, format=ext, metadata=metadata)
-        os.replace(tmp, path)
-        paths.append(path)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=ext, metadata=metadata)
+        paths.append(write_atomic(path, buffer.getvalue()))
     return paths

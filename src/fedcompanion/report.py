@@ -9,10 +9,11 @@ reproduce`` adds the wall time of each notebook (``_timings.json``) and ends wit
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from .atomic import write_atomic
 
 VERDICTS = ("reproduces", "partly", "does not reproduce", "not testable here", "holds (our reconstruction)")
 PAPERS = {
@@ -77,11 +78,7 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
     folder = summaries_dir(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (notebook.replace("/", "--") + ".json")
-    text = json.dumps(asdict(summary), indent=1, sort_keys=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, json.dumps(asdict(summary), indent=1, sort_keys=True) + "\n")
 
 
 def load_summaries(results_dir: str | Path) -> list[Summary]:
@@ -116,7 +113,7 @@ def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed
         data["elapsed"], data["parallel"] = round(elapsed, 1), parallel
     elif "elapsed" in old:
         data["elapsed"], data["parallel"] = old["elapsed"], old.get("parallel")
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def machine() -> str:
@@ -217,14 +214,22 @@ def update_readme(readme: Path, results_dir: str | Path) -> bool:
     new = re.sub(f"{re.escape(README_START)}.*?{re.escape(README_END)}",
                  lambda _: f"{README_START}\n{table}\n{README_END}", text, flags=re.S)
     if new != text:
-        readme.write_text(new)
+        write_atomic(readme, new)
     return new != text
+
+
+class NoSummaries(FileNotFoundError):
+    """The results folder holds no notebook summaries: there is nothing to report (and nothing is written)."""
 
 
 def write_report(results_dir: str | Path = ROOT / "results", output: Path = ROOT / "REPRODUCTION.md",
                  readme: Path | None = ROOT / "README.md") -> Path:
-    """Write REPRODUCTION.md (and README's claims table) from the summaries in ``results_dir``."""
-    output.write_text(render(results_dir))
+    """Write REPRODUCTION.md (and README's claims table) from the summaries in ``results_dir``, each file
+    atomically; raises :class:`NoSummaries` (writing nothing) where there are none."""
+    if not load_summaries(results_dir):
+        raise NoSummaries(f"no notebook summaries in {summaries_dir(results_dir)}: run the notebooks "
+                          "(make reproduce) first, or point --results at a results folder")
+    write_atomic(output, render(results_dir))
     if readme is not None and readme.exists() and README_START in readme.read_text():
         update_readme(readme, results_dir)
     return output

@@ -13,6 +13,7 @@ over the data. A task is never changed by a run: whatever an algorithm keeps liv
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -105,6 +106,9 @@ class Task:
         else:
             check_number("l2", self.l2, low=0.0)
         self.loss.check_targets(self.y_all, f"task {self.name!r}")
+        with torch.no_grad():  # one row through a copy in eval mode: the template's buffers are not touched
+            out = copy.deepcopy(self.model).eval()(self.x_all[:1])
+        self.loss.check_outputs(out, self.y_all, f"task {self.name!r}")
 
     # ----------------------------------------------------------------- structure
     @property
@@ -170,8 +174,6 @@ class Task:
         split = self.client_test
         if split is not None:
             split = ClientSplit(move(split.x), move(split.y), split.offsets)
-        import copy
-
         return dataclasses.replace(self, model=copy.deepcopy(self.model).to(device), x_all=move(self.x_all),
                                    y_all=move(self.y_all), test=test, client_test=split, labels=move(self.labels))
 
@@ -315,6 +317,8 @@ def _stack_clients(clients, loss: Loss, dtype, what: str) -> tuple[torch.Tensor,
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ConfigError(f"{what}: client {i} must be a (features, targets) pair")
         x, y = _as_tensor(pair[0], dtype, f"client {i} features"), _as_tensor(pair[1], None, f"client {i} targets")
+        if x.is_floating_point() and not torch.isfinite(x).all():
+            raise ConfigError(f"{what}: client {i} features contain NaN or inf")
         if len(x) != len(y):
             raise ConfigError(f"{what}: client {i} has {len(x)} feature rows but {len(y)} targets")
         if len(y) == 0:

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from collections.abc import Iterable
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 80, 80, 6, 6
+
+
+def short(value) -> str:
+    """``repr(value)``, cut to a readable length (an error message must not print a whole nested document)."""
+    return _SHORT.repr(value)
 
 
 class ConfigError(ValueError):
@@ -22,7 +31,7 @@ def check_number(name: str, value, *, low=None, high=None, low_open=False, integ
     kind = numbers.Integral if integer else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kind):
         what = "an integer" if integer else "a number"
-        raise ConfigError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{name} must be {what}, got {short(value)} ({type(value).__name__})")
     if not integer and not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
     too_low = low is not None and (value <= low if low_open else value < low)
@@ -37,7 +46,7 @@ def check_choice(name: str, value, choices: Iterable):
     """Return ``value`` if it is one of ``choices``; else raise naming the allowed values."""
     choices = list(choices)
     if value not in choices:
-        raise ConfigError(f"unknown {name} {value!r}; choose one of {sorted(map(str, choices))}")
+        raise ConfigError(f"unknown {name} {short(value)}; choose one of {sorted(map(str, choices))}")
     return value
 
 

@@ -37,6 +37,7 @@ import pandas as pd
 
 from .experiments import CacheMiss, ExperimentConfig, load_result, read_history, sweep
 from .machine import numerical_platform
+from .validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # across platforms; on the same platform: bit-identical
@@ -234,16 +235,25 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for meta in chosen:
             config = _config(meta)
-            committed, _ = load_result(config, results)
+            name = f"{config.label or config.algorithm:40s} {config.algorithm:10s} seed {config.seed}"
+            try:
+                committed, committed_meta = load_result(config, results)
+            except ConfigError as error:  # damaged: say so, check the others
+                failures += 1
+                print(f"  {name}: DAMAGED ({error})")
+                continue
             sweep([config], tmp, jobs=1, progress=False)  # the notebooks' path, with its fixed thread count
-            fresh, _ = load_result(config, tmp)
+            fresh, fresh_meta = load_result(config, tmp)
             elsewhere = platform_difference(meta.get("platform"))
             if elsewhere and elsewhere not in reported:
                 reported.add(elsewhere)
                 print(f"  committed on another platform ({elsewhere})")
             ok, verdict = judge(committed, fresh, _dtype(config.task), same_platform=not elsewhere)
+            if committed_meta["status"] != fresh_meta["status"]:
+                ok, verdict = False, f"status {committed_meta['status']!r} committed, {fresh_meta['status']!r} now"
             failures += not ok
-            print(f"  {config.label or config.algorithm:40s} {config.algorithm:10s} seed {config.seed}: {verdict}")
+            print(f"  {name}: {verdict}")
+    print(f"{len(chosen) - failures} of {len(chosen)} runs vouched for")
     return 1 if failures else 0
 
 

@@ -5,9 +5,10 @@ r"""AdaFedAdam (Ju et al., "Accelerating Fair Federated Learning: Adaptive Feder
 :math:`\alpha = 0` is the usual objective, larger :math:`\alpha` weighs the clients that have progressed least.
 
 **Round t.** Each active client k computes its loss :math:`F_k(x^t)` and gradient :math:`\nabla F_k(x^t)` at the
-global model (the engine's probe), runs its local SGD from :math:`x^t` to :math:`x_k`, and uploads
-:math:`\Delta_k = x^t - x_k`, :math:`\|\nabla F_k(x^t)\|`, :math:`F_k(x^t)` and :math:`F_k(x^0)` (one vector and three
-scalars). The server (:meth:`AdaFedAdam.server_step`):
+global model (the engine's probe), runs its local SGD from :math:`x^t` to :math:`x_k`, and uploads its delta
+:math:`x_k - x^t` (below, :math:`\Delta_k = x^t - x_k` is its negative), :math:`\|\nabla F_k(x^t)\|`,
+:math:`F_k(x^t)` and :math:`F_k(x^0)` (one vector and three scalars). The server
+(:meth:`AdaFedAdam.server_step`; its Adam is :func:`~fedcompanion.algorithms.server_optimizers.certainty_adam`):
 
 .. math::
     \eta'_k &= \|\Delta_k\| / \|\nabla F_k(x^t)\|, \qquad U_k = \Delta_k / \eta'_k
@@ -35,34 +36,18 @@ on :math:`\sum_k p_k \nabla F_k(x^t)`, which the tests check over many rounds.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
 from ..protocol import LocalObjective, per_client
 from ..validation import ConfigError, check_choice, check_number
-from .base import Algorithm, ServerState, register
-from .fedopt import _check_betas
+from .base import delta, register
+from .server_optimizers import OptimizedServer, ServerOptimized, certainty_adam, check_betas
 
 WEIGHTINGS = ("paper", "code")
 
 
-@dataclass(frozen=True)
-class AdaFedAdamState(ServerState):
-    """x, Adam's moments m, v [P], the running products B_1, B_2 of the effective betas, the server step count,
-    and the last round's certainty C."""
-
-    m: torch.Tensor
-    v: torch.Tensor
-    beta1_product: float
-    beta2_product: float
-    step: int
-    certainty: float
-
-
 @register
-class AdaFedAdam(Algorithm):
+class AdaFedAdam(ServerOptimized):
     """AdaFedAdam. Hyperparameters: ``alpha`` >= 0 (fairness), ``server_lr`` eta, ``betas``, ``eps``,
     ``warmup_steps`` (server steps before the step is scaled by C), ``weighting`` (``'paper'`` or ``'code'``) and
     ``probe_samples`` (``None``: F_k(x^t) and grad F_k(x^t) on the client's full data; the code: 512). Client
@@ -75,7 +60,7 @@ class AdaFedAdam(Algorithm):
                  eps: float = 1e-8, warmup_steps: int = 0, weighting: str = "paper", probe_samples: int | None = None):
         self.alpha = check_number("alpha", alpha, low=0.0)
         self.server_lr = check_number("server_lr", server_lr, low=0.0, low_open=True)
-        self.betas = tuple(_check_betas(betas))
+        self.betas = tuple(check_betas(betas))
         self.eps = check_number("eps", eps, low=0.0, low_open=True)
         self.warmup_steps = check_number("warmup_steps", warmup_steps, low=0, integer=True)
         self.weighting = check_choice("weighting", weighting, WEIGHTINGS)
@@ -83,12 +68,12 @@ class AdaFedAdam(Algorithm):
                                                                             integer=True)
 
     # ------------------------------------------------------------------ the server step, on its own
-    def server_init(self, x0: torch.Tensor) -> AdaFedAdamState:
-        return AdaFedAdamState(x0.clone(), torch.zeros_like(x0), torch.zeros_like(x0), 1.0, 1.0, 0, 1.0)
+    def server_optimizer(self):
+        return certainty_adam(self.server_lr, self.betas, self.eps, self.warmup_steps)
 
-    def server_step(self, state: AdaFedAdamState, updates: torch.Tensor, grad_norms: torch.Tensor,
+    def server_step(self, state: OptimizedServer, updates: torch.Tensor, grad_norms: torch.Tensor,
                     losses: torch.Tensor, initial_losses: torch.Tensor, sizes: torch.Tensor,
-                    local_lrs: torch.Tensor | float) -> AdaFedAdamState:
+                    local_lrs: torch.Tensor | float) -> OptimizedServer:
         """One server step from the K participants' uploads: ``updates[k] = x^t - x_k`` [K, P], and [K] each of
         ||grad F_k(x^t)||, F_k(x^t), F_k(x^0), sizes (or weights p_k) and local learning rates eta_k."""
         k = len(updates)
@@ -110,20 +95,11 @@ class AdaFedAdam(Algorithm):
         if not q.sum() > 0:
             raise ConfigError("adafedadam's aggregation weights are all zero (every participant's loss is 0)")
         q = q / q.sum()
-        g, c = q @ normalised, float(q @ certainty)
-        beta1, beta2 = self.betas[0] ** c, self.betas[1] ** c
-        m = beta1 * state.m + (1 - beta1) * g
-        v = beta2 * state.v + (1 - beta2) * g * g
-        b1, b2 = state.beta1_product * beta1, state.beta2_product * beta2
-        step = state.step + 1
-        lr = self.server_lr * c if step > self.warmup_steps else self.server_lr
-        x = state.x - (lr / (1 - b1)) * (m / (v.sqrt() / math.sqrt(1 - b2) + self.eps))
-        return AdaFedAdamState(x, m, v, b1, b2, step, c)
+        g, c = q @ normalised, float(q @ certainty)  # g: the pseudo-gradient, a weighted mean of -Delta_k / eta'_k
+        u, opt = self.server_optimizer().update(g, state.opt, certainty=c)
+        return OptimizedServer(state.x + u, opt)
 
     # ------------------------------------------------------------------ as an engine algorithm
-    def init_server(self, task, x0):
-        return self.server_init(x0)
-
     def init_clients(self, task, x0):
         return {"initial_loss": per_client(task.per_client(x0)[0].to(x0.dtype))}
 
@@ -132,12 +108,12 @@ class AdaFedAdam(Algorithm):
 
     def client_update(self, task, received, clients, info, result):
         losses, grads = result.probe
-        uploads = {"update": received["x"] - result.x, "grad_norm": grads.norm(dim=1), "loss": losses,
+        uploads = {"delta": delta(received, result), "grad_norm": grads.norm(dim=1), "loss": losses,
                    "initial_loss": clients["initial_loss"]}
         return {}, uploads
 
     def server_update(self, server, info, uploads):
-        return self.server_step(server, uploads["update"], uploads["grad_norm"], uploads["loss"],
+        return self.server_step(server, -uploads["delta"], uploads["grad_norm"], uploads["loss"],
                                 uploads["initial_loss"], info.active_weights, info.lr)
 
 

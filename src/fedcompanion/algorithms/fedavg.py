@@ -10,15 +10,15 @@ Local work: Q_i steps of SGD on :math:`h_i(x) = f_i(x) + \frac{\mu}{2}\|x - x_0\
 
 ``normalized`` is McMahan's weighted average of the sampled models; ``unbiased`` is the
 importance-weighted form whose expectation over the sampling is the full-participation update
-(the form in which FedProx is a special case of FedVRA).
+(the form in which FedProx is a special case of FedVRA). The server step is ``sgd(server_lr)`` on the
+pseudo-gradient :math:`g = -\sum_{i\in A} c_i \Delta_i` (:mod:`~fedcompanion.algorithms.server_optimizers`).
 """
 from __future__ import annotations
 
-import dataclasses
-
 from ..protocol import LocalObjective
 from ..validation import check_choice, check_number
-from .base import Algorithm, delta, register
+from .base import delta, register
+from .server_optimizers import ServerOptimized, sgd
 
 
 def weighted_mean_of_updates(info, updates, aggregation: str):
@@ -29,7 +29,7 @@ def weighted_mean_of_updates(info, updates, aggregation: str):
 
 
 @register
-class FedAvg(Algorithm):
+class FedAvg(ServerOptimized):
     """FedAvg. Hyperparameters: ``server_lr`` eta_g > 0, ``aggregation`` ``'normalized'`` or ``'unbiased'``."""
 
     name = "fedavg"
@@ -47,11 +47,11 @@ class FedAvg(Algorithm):
     def client_update(self, task, received, clients, info, result):
         return {}, {"delta": delta(received, result)}
 
-    def server_update(self, server, info, uploads):
-        if len(info.clients) == 0:
-            return server
-        step = weighted_mean_of_updates(info, uploads["delta"], self.aggregation)
-        return dataclasses.replace(server, x=server.x + self.server_lr * step)
+    def server_optimizer(self):
+        return sgd(self.server_lr)
+
+    def pseudo_gradient(self, info, uploads):
+        return -weighted_mean_of_updates(info, uploads["delta"], self.aggregation)
 
 
 @register

@@ -8,32 +8,23 @@ server keeps a momentum buffer :math:`v` (:math:`v_{-1} = 0`) and steps
 .. math::
     v_t = \beta\, v_{t-1} + \bar\Delta_t, \qquad x_{t+1} = x_t + \eta_g\, v_t,
 
-i.e. heavy-ball SGD on the pseudo-gradient :math:`g_t = -\bar\Delta_t`. With :math:`\beta = 0` it is FedAvg,
+i.e. heavy-ball SGD on the pseudo-gradient :math:`g_t = -\bar\Delta_t` (its buffer is the negated
+:math:`v`). With :math:`\beta = 0` it is FedAvg,
 bit for bit. Over many rounds of a constant :math:`\bar\Delta` the step approaches
 :math:`\eta_g \bar\Delta / (1 - \beta)`: the effective server learning rate is :math:`\eta_g / (1 - \beta)`.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-
-import torch
-
 from ..validation import check_number
-from .base import ServerState, register
-from .fedavg import FedAvg, weighted_mean_of_updates
-
-
-@dataclass(frozen=True)
-class MomentumState(ServerState):
-    """x and the server's momentum buffer v [P]."""
-
-    v: torch.Tensor
+from .base import register
+from .fedavg import FedAvg
+from .server_optimizers import sgd
 
 
 @register
 class FedAvgM(FedAvg):
-    """FedAvgM. Hyperparameters: ``server_lr`` eta_g > 0, ``momentum`` beta in [0, 1), ``aggregation``."""
+    """FedAvgM. Hyperparameters: ``server_lr`` eta_g > 0, ``momentum`` beta in [0, 1), ``aggregation``.
+    The server step is ``sgd(server_lr, momentum)``: FedAvg's, with the optimiser changed."""
 
     name = "fedavgm"
 
@@ -41,11 +32,5 @@ class FedAvgM(FedAvg):
         super().__init__(server_lr, aggregation)
         self.momentum = check_number("momentum", momentum, low=0.0, high=0.999999999)
 
-    def init_server(self, task, x0):
-        return MomentumState(x0.clone(), torch.zeros_like(x0))
-
-    def server_update(self, server, info, uploads):
-        if len(info.clients) == 0:
-            return server
-        v = self.momentum * server.v + weighted_mean_of_updates(info, uploads["delta"], self.aggregation)
-        return dataclasses.replace(server, x=server.x + self.server_lr * v, v=v)
+    def server_optimizer(self):
+        return sgd(self.server_lr, self.momentum)

@@ -88,5 +88,8 @@ class FedMGDAPlus(Algorithm):
         norms = d.norm(dim=1, keepdim=True)
         g = d / torch.where(norms > 0, norms, torch.ones_like(norms))
         w = info.active_weights.to(g.dtype)
-        lam = min_norm_weights((g @ g.T).double(), (w / w.sum()).double(), self.epsilon).to(g.dtype)
+        center = w / w.sum()
+        if not torch.isfinite(g).all():  # a diverging run: no QP to solve; the model goes non-finite, the run stops
+            return dataclasses.replace(server, x=server.x - self.server_lr * (center @ g))
+        lam = min_norm_weights((g @ g.T).double(), center.double(), self.epsilon).to(g.dtype)
         return dataclasses.replace(server, x=server.x - self.server_lr * (lam @ g))

@@ -26,42 +26,24 @@ whatever the run's local work says.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ..protocol import LocalObjective
 from ..validation import ConfigError, check_number
-from .base import Algorithm, ServerState, delta, register
-from .fedavg import weighted_mean_of_updates
+from .base import register
+from .fedavg import FedAvg, weighted_mean_of_updates
+from .server_optimizers import adaptive, check_betas
 
 
-@dataclass(frozen=True)
-class MomentState(ServerState):
-    """x, the first and second moments m, v [P] and the server step count t."""
-
-    m: torch.Tensor
-    v: torch.Tensor
-    step: int
-
-
-def _check_betas(betas) -> tuple[float, float]:
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise ConfigError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    return (check_number("betas[0]", betas[0], low=0.0, high=0.999999999),
-            check_number("betas[1]", betas[1], low=0.0, high=0.999999999))
-
-
-class AdaptiveServer(Algorithm):
+class AdaptiveServer(FedAvg):
     """FedAvg's local work, then an adaptive step on the pseudo-gradient (subclasses set ``second_moment``)."""
 
     second_moment = "adam"
-    default_betas = (0.9, 0.99)
 
     def __init__(self, server_lr: float = 1e-2, betas: tuple[float, float] = (0.9, 0.99), tau: float = 1e-3,
                  bias_correction: bool = False):
         self.server_lr = check_number("server_lr", server_lr, low=0.0, low_open=True)
-        self.betas = tuple(_check_betas(betas))
+        self.betas = tuple(check_betas(betas))
         self.tau = check_number("tau", tau, low=0.0, low_open=True)
         if not isinstance(bias_correction, bool):
             raise ConfigError(f"bias_correction must be True or False, got {bias_correction!r}")
@@ -69,44 +51,11 @@ class AdaptiveServer(Algorithm):
             raise ConfigError("bias_correction applies to fedadam and fedyogi, not to fedadagrad")
         self.bias_correction = bias_correction
 
-    def init_server(self, task, x0):
-        v0 = torch.zeros_like(x0) if self.bias_correction else torch.full_like(x0, self.tau**2)
-        return MomentState(x0.clone(), torch.zeros_like(x0), v0, 0)
-
-    def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr)
-
-    def client_update(self, task, received, clients, info, result):
-        return {}, {"delta": delta(received, result)}
+    def server_optimizer(self):
+        return adaptive(self.server_lr, self.betas, self.tau, self.second_moment, self.bias_correction)
 
     def pseudo_gradient(self, info, uploads) -> torch.Tensor:
         return -weighted_mean_of_updates(info, uploads["delta"], "normalized")
-
-    def server_update(self, server, info, uploads):
-        if len(info.clients) == 0:
-            return server
-        return adaptive_step(server, self.pseudo_gradient(info, uploads), self.server_lr, self.betas, self.tau,
-                             self.second_moment, self.bias_correction)
-
-
-def adaptive_step(server: MomentState, g: torch.Tensor, lr: float, betas, tau: float, second_moment: str,
-                  bias_correction: bool) -> MomentState:
-    """One server step of the module docstring's equations with pseudo-gradient ``g``."""
-    beta1, beta2 = betas
-    m = beta1 * server.m + (1 - beta1) * g
-    if second_moment == "adagrad":
-        v = server.v + g * g
-    elif second_moment == "yogi":
-        v = server.v - (1 - beta2) * g * g * torch.sign(server.v - g * g)
-    else:
-        v = beta2 * server.v + (1 - beta2) * g * g
-    t = server.step + 1
-    if bias_correction:  # torch.optim.Adam's arithmetic, term for term
-        step_size = lr / (1 - beta1**t)
-        x = server.x - step_size * (m / (v.sqrt() / (1 - beta2**t) ** 0.5 + tau))
-    else:
-        x = server.x - lr * m / (v.sqrt() + tau)
-    return MomentState(x, m, v, t)
 
 
 @register

@@ -9,8 +9,11 @@ It minimises :math:`\sum_k p_k F_k(x)^{q+1}/(q+1)`. Client k runs FedAvg's local
 
 (one vector, one scalar; :math:`F_k(x^t)` on the client's training data, the engine's probe), and the server
 takes :math:`x^{t+1} = x^t - \sum_k \Delta_k / \sum_k h_k`. With q = 0 this is the plain average of the
-participants' models. (The paper's clients are sampled with probability proportional to :math:`p_k` and
-averaged uniformly; use ``sampling='weighted'`` for that.)
+participants' models. For q > 0, a client at loss :math:`F_k(x^t) = 0` contributes :math:`\Delta_k = 0` and
+:math:`h_k = 0` (the limit of both terms; the first one's :math:`0^{q-1} \cdot 0` is undefined for q < 1), and a
+round whose :math:`\sum_k h_k` is 0 (every participant at loss 0) leaves the model where it is. (The paper's clients
+are sampled with probability proportional to :math:`p_k` and averaged uniformly; use ``sampling='weighted'`` for
+that.)
 """
 from __future__ import annotations
 
@@ -42,10 +45,15 @@ class QFedAvg(Algorithm):
         losses = result.probe[0].clamp_min(0)
         step = lipschitz * (received["x"] - result.x)  # Delta w_k = L (x^t - x_k)
         f_q = losses**self.q
-        h = self.q * losses ** (self.q - 1) * (step * step).sum(1) if self.q else torch.zeros_like(losses)
+        if self.q:
+            curvature = self.q * losses ** (self.q - 1) * (step * step).sum(1)
+            h = torch.where(losses > 0, curvature, torch.zeros_like(curvature))
+        else:
+            h = torch.zeros_like(losses)
         return {}, {"delta": f_q[:, None] * step, "h": h + lipschitz * f_q}
 
     def server_update(self, server, info, uploads):
-        if len(info.clients) == 0:
+        total = uploads["h"].sum()
+        if len(info.clients) == 0 or total == 0:
             return server
-        return dataclasses.replace(server, x=server.x - uploads["delta"].sum(0) / uploads["h"].sum())
+        return dataclasses.replace(server, x=server.x - uploads["delta"].sum(0) / total)

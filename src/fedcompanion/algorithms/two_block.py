@@ -67,18 +67,9 @@ class TwoBlock(Algorithm):
         self._inner = make(inner, **self.inner_hyperparameters)  # a hyperparameter object, never run state
         if not isinstance(self._inner, Algorithm):
             raise ConfigError(f"two_block's inner algorithm must run on the SGD engine, got {inner!r}")
-
-    @property
-    def needs_probe(self) -> bool:
-        return self._inner.needs_probe
-
-    @property
-    def probe_samples(self) -> int | None:
-        return self._inner.probe_samples
-
-    @property
-    def probe_gradient(self) -> bool:
-        return self._inner.probe_gradient
+        if self._inner.needs_probe:  # the probe and the initial losses would score the task's zero targets
+            raise ConfigError(f"two_block's inner algorithm cannot be {inner!r}: it needs the losses at the global "
+                              "model (a probe), which would score the stored zero targets instead of the assignments")
 
     def init(self, task, x0):
         if task.loss.name != "cluster":

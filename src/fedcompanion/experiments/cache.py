@@ -6,7 +6,10 @@ A run's key's SHA-256 (:meth:`ExperimentConfig.hash`) names its files in the res
 * ``<hash>.pt``: the final global model, only with ``save_params=True`` (``torch.save``; load it with
   ``weights_only=True``);
 * ``<hash>.json``: config (its key), status, timings, the machine's numerical platform
-  (:func:`~fedcompanion.machine.numerical_platform`), and the SHA-256 and size of the other two, written last.
+  (:func:`~fedcompanion.machine.numerical_platform`), and the SHA-256 and size of the other two, written last, with
+  ``record``: the SHA-256 of the fields a reader acts on (config, label, status, diverged round, the two digests,
+  platform), so that an edited status (which decides whether a figure averages the run) is caught like an edited
+  history.
 
 Every file is written atomically (temp file, then rename). Loading verifies the JSON, the digests, the row
 count and the tensor shape; any mismatch warns, naming the file, and the run is recomputed.
@@ -17,14 +20,13 @@ import gzip
 import hashlib
 import io
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from ..atomic import write_atomic
 from ..machine import numerical_platform
 from ..protocol import RunResult
 from ..validation import ConfigError
@@ -32,20 +34,16 @@ from .config import ExperimentConfig
 from .runner import RUN_THREADS
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be shared
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+VOUCHED = ("config", "label", "status", "diverged_round", "history", "params", "platform")
+
+
+def record_digest(meta: dict) -> str:
+    """SHA-256 of the canonical JSON of the record's ``VOUCHED`` fields."""
+    return _sha256(json.dumps({k: meta.get(k) for k in VOUCHED}, sort_keys=True, default=list).encode())
 
 
 def _history_bytes(history: pd.DataFrame) -> bytes:
@@ -59,19 +57,20 @@ def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path) 
     folder.mkdir(parents=True, exist_ok=True)
     h = config.hash()
     history = _history_bytes(result.history)
-    _atomic_write(folder / f"{h}.csv.gz", history)
+    write_atomic(folder / f"{h}.csv.gz", history)
     params = None
     if config.save_params:
         buffer = io.BytesIO()
         torch.save(result.params.detach().cpu(), buffer)
-        _atomic_write(folder / f"{h}.pt", buffer.getvalue())
+        write_atomic(folder / f"{h}.pt", buffer.getvalue())
         params = {"sha256": _sha256(buffer.getvalue()), "shape": list(result.params.shape)}
     timing = None if result.timing is None else result.timing.to_dict(orient="list")
     meta = {"config": config.key(), "label": config.label, "status": result.status,
             "diverged_round": result.diverged_round, "wall_time": result.wall_time, "timing": timing,
             "history": {"sha256": _sha256(history), "rows": len(result.history)}, "params": params,
             "threads": RUN_THREADS, "platform": numerical_platform()}
-    _atomic_write(folder / f"{h}.json", json.dumps(meta, indent=1).encode())
+    meta["record"] = record_digest(meta)
+    write_atomic(folder / f"{h}.json", json.dumps(meta, indent=1).encode())
 
 
 class CacheMiss(Exception):
@@ -107,6 +106,8 @@ def _load(config: ExperimentConfig, folder: Path, with_params: bool = False):
         raise CacheMiss(f"{meta_path} describes another config")
     if not isinstance(expected, dict):
         raise CacheMiss(f"{meta_path} is not a valid results record (history)")
+    if meta.get("record") != record_digest(meta):
+        raise CacheMiss(f"{meta_path} does not match its record digest (its status or another field was edited?)")
     history = read_history(history_path, expected)
     if not with_params:
         return history, meta

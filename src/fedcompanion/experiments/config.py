@@ -146,7 +146,8 @@ class ExperimentConfig:
         """Fail now, naming the parameter, rather than in a worker process later."""
         from ..algorithms import make
 
-        for name, kind in (("task_args", dict), ("hyperparameters", dict), ("local", dict), ("metrics", list)):
+        for name, kind in (("task_args", dict), ("hyperparameters", dict), ("local", dict), ("metrics", list),
+                           ("label", str)):
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
         TASKS.get(self.task)

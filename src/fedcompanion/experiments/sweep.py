@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 import traceback
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -19,12 +20,34 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..atomic import clean_torn
 from ..data.loaders import transportable
 from ..registry import restore, user_entries
 from ..validation import ConfigError, check_choice, check_number
 from .cache import is_cached, load_result, store
 from .config import ExperimentConfig, config_columns
 from .runner import RUN_THREADS, run_config
+
+
+def _die_with_parent(parent: int, interval: float = 1.0) -> None:
+    """Exit this worker once its parent (process id ``parent``, given by the parent itself: it may be gone before
+    this runs) is gone: a killed sweep must not leave workers computing, and holding its output open, for minutes.
+    A daemon thread watches the parent process id."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def _start_worker(parent: int, entries: dict) -> None:
+    """A worker's initializer: die with the parent, and register the user's own entries."""
+    _die_with_parent(parent)
+    restore(entries)
 
 
 def _run_and_store(config: ExperimentConfig, results_dir: str) -> tuple[str, str | None]:
@@ -67,6 +90,12 @@ def sweep(
     configs = [c.validate() for c in configs]
     folder = Path(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    try:  # find out now, not after every run has been computed
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise ConfigError(f"results_dir {str(folder)!r} is not writable ({error.strerror})") from None
+    for torn in clean_torn(folder):
+        warnings.warn(f"removed {torn}, left by an interrupted write", stacklevel=2)
     todo = list({c.hash(): c for c in configs if refresh or not is_cached(c, folder)}.values())
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
     errors: dict[str, str] = {}
@@ -81,7 +110,8 @@ def sweep(
     elif todo:
         ctx = multiprocessing.get_context("spawn")
         entries = user_entries({"dataset": transportable})
-        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=restore, initargs=(entries,)) as pool:
+        start = {"initializer": _start_worker, "initargs": (os.getpid(), entries)}
+        with ProcessPoolExecutor(jobs, mp_context=ctx, **start) as pool:
             for future in as_completed([pool.submit(_run_and_store, c, str(folder)) for c in todo]):
                 h, error = future.result()
                 if error:

@@ -69,7 +69,7 @@ def test_lemma1_fedadmm_is_client_variance_reduction(lsq_sized):
         info = RoundInfo(r, clients, torch.full((4,), 0.5, dtype=task.dtype), torch.tensor([3, 3]), eta, w)
         if r > 0:  # x_0^r = beta sum_j w_j gamma x_j^r - beta lambda^r
             assert torch.allclose(state.x, beta * gamma * (w @ x_prev_local) - beta * state.server.lam, atol=1e-12)
-        lam_before, expected_lam = torch.stack(state.clients["lam"]), {}
+        lam_before, expected_lam = state.rows("lam"), {}
         old_x, old_lam = state.x, state.server.lam
         state, _, _, local = play_round(task, algo, state, info, engine="loop", seed=seed,
                                         local=fc.LocalWork(steps=3, batch_size=4))

@@ -152,6 +152,10 @@ class State:
     def x(self) -> torch.Tensor:
         return self.server.x
 
+    def rows(self, name: str) -> torch.Tensor:
+        """Every client's entry ``name`` stacked into [N, ...] (memory for all N: for inspection, not for a run)."""
+        return torch.stack(list(self.clients[name]))
+
     def client(self, i: int) -> dict[str, torch.Tensor]:
         """Client i's own part of the state (what a Flower client keeps)."""
         return {name: values[i] for name, values in self.clients.items()}
@@ -195,19 +199,56 @@ class ActiveClients(Mapping):
         return len(self._clients)
 
 
-def replace_entries(entries: tuple, clients: torch.Tensor, values) -> tuple:
-    """A new tuple of per-client entries: ``values[k]`` (e.g. row k of the round's [K, ...] result) replaces
-    client ``clients[k]``'s entry; the other entries are the same objects.
+class ZeroRows(Sequence):
+    """N per-client entries of which only those set hold memory: an entry never set is ``zero`` (one shared tensor,
+    safe because entries are never changed in place). A stateful algorithm's duals or control variates start as
+    zero rows, so a run keeps O(clients ever sampled x P) numbers, not N x P, with the same values: an unsampled
+    client's row reads as the same zeros a materialised [N, P] block would hold."""
+
+    def __init__(self, n: int, zero: torch.Tensor, rows: dict[int, torch.Tensor] | None = None):
+        self._n, self.zero, self.rows = n, zero, dict(rows or {})
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(self._n)))
+        if not -self._n <= i < self._n:
+            raise IndexError(f"client {i} of {self._n}")
+        return self.rows.get(i % self._n, self.zero)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return (self.rows.get(i, self.zero) for i in range(self._n))
+
+    def replaced(self, clients: list[int], values: list[torch.Tensor]) -> ZeroRows:
+        """A new ``ZeroRows`` with client ``clients[k]``'s entry set to ``values[k]``."""
+        return ZeroRows(self._n, self.zero, {**self.rows, **dict(zip(clients, values))})
+
+
+def zero_rows(n: int, like: torch.Tensor) -> ZeroRows:
+    """N entries, each a zero of ``like``'s shape, dtype and device, none of them held in memory of its own."""
+    return ZeroRows(n, torch.zeros_like(like))
+
+
+def replace_entries(entries, clients: torch.Tensor, values):
+    """New per-client entries (a tuple, or :class:`ZeroRows` for ``ZeroRows``): ``values[k]`` (e.g. row k of the
+    round's [K, ...] result) replaces client ``clients[k]``'s entry; the other entries are the same objects.
 
     An entry that is a view into a larger tensor is copied into memory of its own. A kept row would otherwise keep
     its round's whole [K, P] tensor alive until every one of its K clients has been sampled again: up to several
     times N x P entries in all, where a copy keeps exactly N, and a heap fragmented by those blocks has to grow,
     i.e. take fresh pages from the kernel, each of which faults when first written."""
-    new = list(entries)
-    for k, i in enumerate(clients.tolist()):
+    ids, own = clients.tolist(), []
+    for k in range(len(ids)):
         entry = values[k]
         if isinstance(entry, torch.Tensor) and entry.untyped_storage().nbytes() > entry.nbytes:
             entry = entry.clone()
+        own.append(entry)
+    if isinstance(entries, ZeroRows):
+        return entries.replaced(ids, own)
+    new = list(entries)
+    for i, entry in zip(ids, own):
         new[i] = entry
     return tuple(new)
 

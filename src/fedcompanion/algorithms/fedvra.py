@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..protocol import LocalObjective, Negated, RoundInfo, per_client, replace_entries
+from ..protocol import LocalObjective, Negated, RoundInfo, per_client, replace_entries, zero_rows
 from ..validation import ConfigError, check_choice, check_number
 from .base import Algorithm, ServerState, delta, register
 
@@ -125,14 +125,13 @@ class FedVRA(Algorithm):
     def init_server(self, task, x0):
         gamma = penalties(self.gamma, task.num_clients, x0.dtype).to(x0.device)
         beta = 1.0 / float(task.weights.to(x0) @ gamma)
-        copies = per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))
+        copies = zero_rows(task.num_clients, x0)
         return FedVRAServer(x0.clone(), torch.zeros_like(x0), gamma, beta,
                             copies if self.server_update_rule == "direct" else None)
 
     def init_clients(self, task, x0):
         gamma = penalties(self.gamma, task.num_clients, x0.dtype).to(x0.device)
-        zeros = torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device)
-        return {"lam": per_client(zeros), "gamma": per_client(gamma)}
+        return {"lam": zero_rows(task.num_clients, x0), "gamma": per_client(gamma)}
 
     def local_objective(self, task, received, clients, info):
         return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=clients["gamma"],
@@ -157,7 +156,7 @@ class FedVRA(Algorithm):
             lam = server.lam - (w * uploads["a"] * gamma) @ d_i  # Step 19, from the uploaded a_i
         else:  # eq. (10) needs every lambda_i: the server keeps a copy of each
             copies = replace_entries(copies, info.clients, uploads["lam"])
-            lam = info.weights.to(d_i.dtype) @ torch.stack(copies)
+            lam = info.weights.to(d_i.dtype) @ torch.stack(list(copies))
         x = server.x + server.beta * ((w * d * gamma) @ d_i) - server.beta * lam  # Step 20
         return dataclasses.replace(server, x=x, lam=lam, lam_copies=copies)
 
@@ -183,11 +182,10 @@ class FedADMM(Algorithm):
         self.gamma = check_number("gamma", gamma, low=0.0, low_open=True)
 
     def init_server(self, task, x0):
-        zeros = torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device)
-        return FedADMMServer(x0.clone(), per_client(zeros))
+        return FedADMMServer(x0.clone(), zero_rows(task.num_clients, x0))
 
     def init_clients(self, task, x0):
-        return {"lam": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
+        return {"lam": zero_rows(task.num_clients, x0)}
 
     def local_objective(self, task, received, clients, info):
         return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.gamma,
@@ -200,7 +198,7 @@ class FedADMM(Algorithm):
     def server_update(self, server, info, uploads):
         w = info.weights.to(server.x.dtype)
         entries = replace_entries(server.lam_copies, info.clients, uploads["lam"])
-        lam = w @ torch.stack(entries)
+        lam = w @ torch.stack(list(entries))
         # sum_i w_i x_i with x_i = x_0 for the inactive clients
         model_sum = w.sum() * server.x + info.active_weights.to(w.dtype) @ (uploads["x"] - server.x)
         x = (self.gamma * model_sum - lam) / (self.gamma * w.sum())
@@ -226,7 +224,7 @@ class FedDyn(Algorithm):
         return FedDynServer(x0.clone(), torch.zeros_like(x0), task.num_clients)
 
     def init_clients(self, task, x0):
-        return {"grad": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
+        return {"grad": zero_rows(task.num_clients, x0)}
 
     def local_objective(self, task, received, clients, info):
         return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=self.alpha,

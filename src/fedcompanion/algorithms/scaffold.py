@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..protocol import LocalObjective, per_client
+from ..protocol import LocalObjective, zero_rows
 from ..validation import check_choice, check_number
 from .base import Algorithm, ServerState, delta, register
 
@@ -53,7 +53,7 @@ class Scaffold(Algorithm):
         return ScaffoldServer(x0.clone(), torch.zeros_like(x0), task.num_clients)
 
     def init_clients(self, task, x0):
-        return {"c": per_client(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device))}
+        return {"c": zero_rows(task.num_clients, x0)}
 
     def broadcast(self, state):
         return {"x": state.server.x, "c": state.server.c}

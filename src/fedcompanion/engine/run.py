@@ -12,7 +12,17 @@ from tqdm.auto import tqdm
 
 from ..memory import reuse_freed_memory
 from ..metrics import fairness
-from ..protocol import DIVERGENCE_FACTOR, GLOBAL, LocalResult, RoundInfo, RunResult, State, floats, has_diverged
+from ..protocol import (
+    DIVERGENCE_FACTOR,
+    GLOBAL,
+    LocalResult,
+    RoundInfo,
+    RunResult,
+    State,
+    floats,
+    has_diverged,
+    zero_rows,
+)
 from ..validation import ConfigError, check_choice, check_device, check_number
 from .batched import train_batched
 from .loop import probe_loop, train_loop
@@ -108,8 +118,7 @@ def initial_state(task, algorithm, x0: torch.Tensor, local: LocalWork) -> State:
     per client in the client state."""
     state = algorithm.init(task, x0)
     if local.momentum and not local.momentum_reset:
-        zeros = tuple(torch.zeros(task.num_clients, len(x0), dtype=x0.dtype, device=x0.device).unbind(0))
-        state = State(state.server, {**state.clients, MOMENTUM: zeros})
+        state = State(state.server, {**state.clients, MOMENTUM: zero_rows(task.num_clients, x0)})
     return state
 
 

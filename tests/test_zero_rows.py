@@ -1,0 +1,55 @@
+"""Client state that costs only what is used: zero rows until a client is sampled, the same numbers as dense rows."""
+import torch
+
+import fedcompanion as fc
+from fedcompanion.protocol import ZeroRows, per_client, replace_entries, zero_rows
+
+
+def test_zero_rows_read_as_zeros_and_hold_only_what_was_set():
+    like = torch.ones(3, dtype=torch.float64)
+    rows = zero_rows(5, like)
+    assert len(rows) == 5 and all(torch.equal(r, torch.zeros(3, dtype=torch.float64)) for r in rows)
+    assert rows[-1] is rows.zero and rows[1:3] == (rows.zero, rows.zero)
+    new = replace_entries(rows, torch.tensor([1, 4]), torch.arange(6, dtype=torch.float64).view(2, 3))
+    assert isinstance(new, ZeroRows) and sorted(new.rows) == [1, 4] and not rows.rows  # the old one is unchanged
+    assert torch.equal(new[4], torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64))
+    assert new[4].untyped_storage().nbytes() == new[4].nbytes  # a row of its own, not a view of the [K, P] result
+    dense = replace_entries(per_client(torch.zeros(5, 3, dtype=torch.float64)), torch.tensor([1, 4]),
+                            torch.arange(6, dtype=torch.float64).view(2, 3))
+    assert all(torch.equal(a, b) for a, b in zip(dense, new))
+
+
+def _dense(algorithm):
+    """The same algorithm with every client's row materialised at the start, as a dense [N, P] block."""
+    class Dense(type(algorithm)):
+        def init_clients(self, task, x0):
+            return {name: per_client(torch.stack(list(v))) if isinstance(v, ZeroRows) else v
+                    for name, v in super().init_clients(task, x0).items()}
+    dense = Dense.__new__(Dense)
+    dense.__dict__.update(algorithm.__dict__)
+    return dense
+
+
+def test_lazy_client_state_gives_the_dense_state_numbers_bit_for_bit(small_mnist, lsq):
+    for task, local in ((small_mnist, fc.LocalWork(steps=3)), (lsq, fc.LocalWork(steps=2, batch_size=4))):
+        for name in ("fedvra", "fedadmm", "feddyn", "scaffold"):
+            kw = dict(rounds=4, clients_per_round=3, seed=5, local=local)
+            lazy = fc.run(task, fc.make(name), **kw)
+            dense = fc.run(task, _dense(fc.make(name)), **kw)
+            assert torch.equal(lazy.params, dense.params), (task.name, name)
+            assert lazy.history.equals(dense.history), (task.name, name)
+
+
+def test_a_large_federation_keeps_only_the_sampled_clients_rows(small_mnist):
+    """N x P of the dense state would be 20 x P here; after 2 rounds of 3 clients at most 6 rows are held."""
+    algorithm = fc.make("fedvra")
+    state = algorithm.init(small_mnist, small_mnist.init_params(0))
+    assert isinstance(state.clients["lam"], ZeroRows) and not state.clients["lam"].rows
+    result_rows = []
+    for r in range(2):
+        from fedcompanion.engine import Schedule, play_round
+
+        info = Schedule(small_mnist, "uniform", 3, fc.LocalWork(steps=1), 0, 0.05).info(r)
+        state = play_round(small_mnist, algorithm, state, info, local=fc.LocalWork(steps=1))[0]
+        result_rows.append(len(state.clients["lam"].rows))
+    assert result_rows[0] == 3 and result_rows[1] <= 6

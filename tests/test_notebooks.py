@@ -25,3 +25,20 @@ def test_wrong_parameter_type_is_named(tmp_path):
 
     with pytest.raises(papermill.PapermillExecutionError, match="'rounds' must be an int, got '10'"):
         execute(ROOT / "notebooks" / "00_tour.ipynb", tmp_path / "bad.ipynb", {"rounds": "10"}, progress=False)
+
+
+@pytest.mark.notebook
+def test_diverged_runs_are_listed_and_averaged_into_nothing(tmp_path):
+    """adafedadam/02 at server_lr 1000: every run diverges; the notebook used to average them into its mean curve
+    and speed-ups, and its summary listed none."""
+    import json
+
+    params = {"profile": "paper", "server_lr": 1000.0, "accumulations": [1, 2], "seeds": [0], "rounds": 6,
+              "targets": [0.5], "jobs": 1, "results_dir": str(tmp_path / "results"), "figures_dir": str(tmp_path)}
+    execute(ROOT / "notebooks" / "adafedadam" / "02_accumulated_adam.ipynb", tmp_path / "out.ipynb", params,
+            progress=False)
+    summary = json.loads((tmp_path / "results" / "summaries" / "adafedadam--02_accumulated_adam.json").read_text())
+    assert sorted((d["label"], d["seed"]) for d in summary["diverged"]) == [("N=1", 0), ("N=2", 0)]
+    printed = "".join("".join(o.get("text", "")) for c in json.loads((tmp_path / "out.ipynb").read_text())["cells"]
+                      for o in c.get("outputs", []))
+    assert "2 runs, 2 diverged" in printed

@@ -164,3 +164,10 @@ def test_every_partitioner_parameter_is_reachable_and_a_user_partitioner_is_keye
     finally:
         PARTITIONS.pop("every_second")
         PARTITIONS.user.discard("every_second")
+
+
+def test_one_task_is_built_once_for_every_algorithm_run_on_it():
+    base = dict(task="least_squares", task_args=dict(num_clients=4, dim=3), seed=3)
+    a, b = ExperimentConfig(algorithm="fedavg", **base), ExperimentConfig(algorithm="fedvra", **base)
+    assert a.hash() != b.hash() and build_task(a) is build_task(b)
+    assert build_task(ExperimentConfig(algorithm="fedavg", **{**base, "seed": 4})) is not build_task(a)

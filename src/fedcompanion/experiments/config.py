@@ -94,19 +94,23 @@ class ExperimentConfig:
         return self.task_args.get("partition_scheme",
                                   inspect.signature(TASKS[self.task]).parameters["partition_scheme"].default)
 
-    def code_roots(self) -> list:
-        """What the run executes, as fingerprint roots: the driver, the algorithm's classes (and any algorithm a
-        hyperparameter names, e.g. two_block's inner one), the task builder, its loader, partitioner and metrics."""
-        roots: list = [DRIVER, *REGISTRY.get(self.algorithm).__mro__[:-1], TASKS.get(self.task)]
-        named = [v for v in _leaves(self.hyperparameters) if isinstance(v, str) and v in REGISTRY]
-        roots += [cls for name in named for cls in REGISTRY[name].__mro__[:-1]]
+    def task_roots(self) -> list:
+        """What building the task executes, as fingerprint roots: the task builder, its loader and partitioner."""
+        roots: list = [TASKS.get(self.task)]
         dataset, scheme = self._dataset(), self._partition_scheme()
         if isinstance(dataset, str) and dataset in LOADERS and dataset not in LOADERS.user:  # a user's: its digest
             roots.append(LOADERS[dataset])
         if isinstance(scheme, str) and scheme in PARTITIONS:
             roots.append(PARTITIONS[scheme])
-        roots += [registry("metric")[m] for m in self.metrics if m in registry("metric")]
         return roots
+
+    def code_roots(self) -> list:
+        """What the run executes, as fingerprint roots: the driver, the algorithm's classes (and any algorithm a
+        hyperparameter names, e.g. two_block's inner one), the task's roots and the metrics."""
+        roots: list = [DRIVER, *REGISTRY.get(self.algorithm).__mro__[:-1], *self.task_roots()]
+        named = [v for v in _leaves(self.hyperparameters) if isinstance(v, str) and v in REGISTRY]
+        roots += [cls for name in named for cls in REGISTRY[name].__mro__[:-1]]
+        return roots + [registry("metric")[m] for m in self.metrics if m in registry("metric")]
 
     def data_digest(self) -> str | None:
         """A digest of a user's own data (a registered dataset's arrays, or a registered task's content)."""
@@ -131,9 +135,10 @@ class ExperimentConfig:
         return d
 
     def task_key(self) -> str:
-        """What the task depends on, as JSON (the per-process task cache's key)."""
-        key = self.key()
-        return json.dumps({k: key.get(k) for k in ("task", "task_args", "seed", "code", "data")}, sort_keys=True,
+        """What the task depends on, as JSON: the per-process task cache's key, the same for every algorithm run on
+        one task (so a sweep over algorithms builds it once)."""
+        return json.dumps({"task": self.task, "task_args": self.task_args, "seed": self.seed,
+                           "code": fingerprint(self.task_roots()), "data": self.data_digest()}, sort_keys=True,
                           default=list)
 
     def hash(self) -> str:

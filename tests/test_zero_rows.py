@@ -53,3 +53,14 @@ def test_a_large_federation_keeps_only_the_sampled_clients_rows(small_mnist):
         state = play_round(small_mnist, algorithm, state, info, local=fc.LocalWork(steps=1))[0]
         result_rows.append(len(state.clients["lam"].rows))
     assert result_rows[0] == 3 and result_rows[1] <= 6
+
+
+def test_at_a_thousand_clients_lazy_and_dense_state_give_the_same_history():
+    """Issue 33's check: N = 1,000 MNIST clients (60 images each), FedVRA and SCAFFOLD, lazy rows against rows
+    materialised for every client at the start."""
+    task = fc.tasks.federated_dataset_task("mnist", 1000, "iid", "mlp", seed=0, hidden=(32,))
+    for name in ("fedvra", "scaffold"):
+        kw = dict(rounds=3, clients_per_round=50, seed=2, local=fc.LocalWork(epochs=1, batch_size=32),
+                  per_client_metrics=False, eval_every=3)
+        lazy, dense = fc.run(task, fc.make(name), **kw), fc.run(task, _dense(fc.make(name)), **kw)
+        assert torch.equal(lazy.params, dense.params) and lazy.history.equals(dense.history), name

@@ -18,7 +18,7 @@ _ALL: dict[str, Registry] = {}
 
 
 class Registry(dict):
-    """Name -> entry for one ``kind`` of thing. ``register(name, entry)`` or ``@register(name)``; ``get(name)``."""
+    """Name -> entry for one ``kind`` of thing. ``register(name, entry)`` or ``@register(name)``; ``lookup(name)``."""
 
     def __init__(self, kind: str):
         super().__init__()
@@ -42,11 +42,17 @@ class Registry(dict):
     def __setitem__(self, name: str, entry: Any) -> None:
         self.register(name, entry)
 
+    def pop(self, name: str, *default) -> Any:
+        """Remove ``name`` (a user's entry too) and return its entry."""
+        self.user.discard(name)
+        return super().pop(name, *default)
+
     def update(self, *args, **kwargs) -> None:  # dict.update would bypass __setitem__
         for name, entry in dict(*args, **kwargs).items():
             self[name] = entry
 
-    def get(self, name: str) -> Any:  # noqa: D102  (dict.get's name, a checked lookup)
+    def lookup(self, name: str) -> Any:
+        """The entry of ``name``, or a :class:`ConfigError` that names the known ones."""
         if not isinstance(name, str):
             raise ConfigError(f"{self.kind} must be a name (str), got {name!r} ({type(name).__name__})")
         check_choice(self.kind, name, self)

@@ -113,7 +113,7 @@ def is_engine_class(cls: type) -> bool:
 
 def make(name: str, **hyperparameters):
     """Build a registered algorithm, e.g. ``make('fedprox', mu=0.01)``."""
-    cls = REGISTRY.get(name)
+    cls = REGISTRY.lookup(name)
     allowed = list(inspect.signature(cls).parameters)
     unknown = sorted(set(hyperparameters) - set(allowed))
     if unknown:

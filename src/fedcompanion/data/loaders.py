@@ -133,7 +133,7 @@ LOADERS.update({
 
 def load_dataset(name: str, **kwargs) -> tuple[ArrayDataset, ArrayDataset]:
     """Load a centralised dataset by name: ``mnist``, ``qsar``, ``fashion_mnist``, ``cifar10`` or a registered one."""
-    return LOADERS.get(name)(**kwargs)
+    return LOADERS.lookup(name)(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def hash_tensors(digest, *tensors: torch.Tensor | None) -> None:
 def dataset_digest(name: str) -> str:
     """SHA-256 (16 hex digits) of what a user dataset's loader returns (shapes, dtypes, bytes, class counts);
     computed once per registration. A shipped dataset is pinned by ``data/SHA256SUMS`` instead."""
-    loader = LOADERS.get(name)
+    loader = LOADERS.lookup(name)
     cached = _DIGESTS.get(id(loader))
     if cached is not None and cached[0] is loader:
         return cached[1]

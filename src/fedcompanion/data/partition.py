@@ -32,7 +32,7 @@ def register_partition(name: str, partitioner: Callable | None = None):
 
 def partition_parameters(scheme: str) -> dict:
     """The parameters of partition ``scheme`` and their defaults (its partitioner's keyword-only arguments)."""
-    parameters = inspect.signature(PARTITIONS.get(scheme)).parameters.values()
+    parameters = inspect.signature(PARTITIONS.lookup(scheme)).parameters.values()
     return {p.name: p.default for p in parameters if p.kind == inspect.Parameter.KEYWORD_ONLY}
 
 

@@ -79,13 +79,13 @@ class ExperimentConfig:
     @property
     def is_engine_run(self) -> bool:
         """Whether ``fc.run`` drives it (else the ADMM family's ``solve``); decided by the class, nothing built."""
-        return is_engine_class(REGISTRY.get(self.algorithm))
+        return is_engine_class(REGISTRY.lookup(self.algorithm))
 
     # ------------------------------------------------------------------ the key
     def _dataset(self) -> str | None:
         if "dataset" in self.task_args:
             return self.task_args["dataset"]
-        parameter = inspect.signature(TASKS.get(self.task)).parameters.get("dataset")
+        parameter = inspect.signature(TASKS.lookup(self.task)).parameters.get("dataset")
         return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
 
     def _partition_scheme(self) -> str | None:
@@ -96,7 +96,7 @@ class ExperimentConfig:
 
     def task_roots(self) -> list:
         """What building the task executes, as fingerprint roots: the task builder, its loader and partitioner."""
-        roots: list = [TASKS.get(self.task)]
+        roots: list = [TASKS.lookup(self.task)]
         dataset, scheme = self._dataset(), self._partition_scheme()
         if isinstance(dataset, str) and dataset in LOADERS and dataset not in LOADERS.user:  # a user's: its digest
             roots.append(LOADERS[dataset])
@@ -107,7 +107,7 @@ class ExperimentConfig:
     def code_roots(self) -> list:
         """What the run executes, as fingerprint roots: the driver, the algorithm's classes (and any algorithm a
         hyperparameter names, e.g. two_block's inner one), the task's roots and the metrics."""
-        roots: list = [DRIVER, *REGISTRY.get(self.algorithm).__mro__[:-1], *self.task_roots()]
+        roots: list = [DRIVER, *REGISTRY.lookup(self.algorithm).__mro__[:-1], *self.task_roots()]
         named = [v for v in _leaves(self.hyperparameters) if isinstance(v, str) and v in REGISTRY]
         roots += [cls for name in named for cls in REGISTRY[name].__mro__[:-1]]
         return roots + [registry("metric")[m] for m in self.metrics if m in registry("metric")]
@@ -155,7 +155,7 @@ class ExperimentConfig:
                            ("label", str)):
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        TASKS.get(self.task)
+        TASKS.lookup(self.task)
         self._check_task_args()
         make(self.algorithm, **self.hyperparameters)
         check_number("rounds", self.rounds, low=1, integer=True)
@@ -167,7 +167,7 @@ class ExperimentConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for metric in self.metrics:
-            registry("metric").get(metric)
+            registry("metric").lookup(metric)
         if not isinstance(self.device, str):
             raise ConfigError(f"device must be a str such as 'cpu' or 'cuda', got {self.device!r}")
         check_device(self.device)
@@ -198,7 +198,7 @@ class ExperimentConfig:
         allowed = [p for p, v in parameters.items() if p not in fixed and v.kind != inspect.Parameter.VAR_KEYWORD]
         scheme = self._partition_scheme()
         if scheme is not None:
-            PARTITIONS.get(scheme)
+            PARTITIONS.lookup(scheme)
         extra = list(partition_parameters(scheme)) if scheme is not None else []
         unknown = sorted(set(self.task_args) - set(allowed) - set(extra))
         if unknown:
@@ -207,7 +207,7 @@ class ExperimentConfig:
                               f"{allowed + extra}")
         dataset = self._dataset()
         if "dataset" in parameters and dataset is not None:
-            LOADERS.get(dataset)
+            LOADERS.lookup(dataset)
 
 
 def _leaves(value) -> list:

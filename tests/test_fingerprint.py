@@ -171,3 +171,11 @@ def test_one_task_is_built_once_for_every_algorithm_run_on_it():
     a, b = ExperimentConfig(algorithm="fedavg", **base), ExperimentConfig(algorithm="fedvra", **base)
     assert a.hash() != b.hash() and build_task(a) is build_task(b)
     assert build_task(ExperimentConfig(algorithm="fedavg", **{**base, "seed": 4})) is not build_task(a)
+
+
+def test_two_notebook_lambdas_of_one_run_both_count():
+    """A notebook's task builder and metric may both be lambdas (the same qualified name): each must count."""
+    space = {"__name__": "__main__"}
+    exec("f1 = lambda seed: 1\nf2 = lambda seed: 2\ng = lambda task, config: 0", space)  # no source kept
+    assert fp.fingerprint([space["f1"], space["g"]]) != fp.fingerprint([space["f2"], space["g"]])
+    assert fp.fingerprint([space["f1"], space["g"]]) == fp.fingerprint([space["g"], space["f1"]])

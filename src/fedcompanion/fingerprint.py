@@ -131,15 +131,18 @@ def _object_source(obj) -> str:
     try:
         return normalised_source(inspect.getsource(obj))
     except (OSError, TypeError, SyntaxError):  # no source kept (exec'd code), or a lambda inside a longer line
-        functions = [obj] if hasattr(obj, "__code__") else [v for v in vars(obj).values() if hasattr(v, "__code__")] \
-            if isinstance(obj, type) else [type(obj)]
-        return "".join(marshal.dumps(f.__code__).hex() if hasattr(f, "__code__") else repr(f) for f in functions)
+        if hasattr(obj, "__code__"):
+            functions = [obj]
+        else:  # a class (or an instance: its class): the compiled code of its methods
+            cls = obj if isinstance(obj, type) else type(obj)
+            functions = [v for v in vars(cls).values() if hasattr(v, "__code__")]
+        return "".join(marshal.dumps(f.__code__).hex() for f in functions)
 
 
 def fingerprint(roots: Iterable) -> str:
     """SHA-256 (first 12 hex digits) of the code reachable from ``roots``: module names of the package, or
     objects (classes, functions, instances), each counted by the module that defines it."""
-    modules, outside = set(), {}
+    modules, outside = set(), set()
     for root in roots:
         if isinstance(root, str):
             modules.add(root)
@@ -147,12 +150,12 @@ def fingerprint(roots: Iterable) -> str:
         owner = getattr(root, "__module__", None) or type(root).__module__
         if module_file(owner) is not None:
             modules.add(owner)
-        else:
-            outside[f"{owner}:{getattr(root, '__qualname__', type(root).__qualname__)}"] = _object_source(root)
+        else:  # a set of (name, source): two notebook lambdas share a name, and each must count
+            outside.add((f"{owner}:{getattr(root, '__qualname__', type(root).__qualname__)}", _object_source(root)))
     digest = hashlib.sha256()
     for module in closure(frozenset(modules)):
         digest.update(module.encode() + b"\0" + _module(module)[0].encode() + b"\0")
-    for name in sorted(outside):
-        digest.update(name.encode() + b"\0" + outside[name].encode() + b"\0")
+    for name, source in sorted(outside):
+        digest.update(name.encode() + b"\0" + source.encode() + b"\0")
     return digest.hexdigest()[:12]
 

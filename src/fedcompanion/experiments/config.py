@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..algorithms.base import REGISTRY, is_engine_class
+from ..algorithms.base import REGISTRY, is_engine_class, make
 from ..data.loaders import LOADERS, dataset_digest
 from ..data.partition import PARTITIONS, partition_parameters
 from ..engine import LocalWork
@@ -149,8 +149,6 @@ class ExperimentConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> ExperimentConfig:
         """Fail now, naming the parameter, rather than in a worker process later."""
-        from ..algorithms import make
-
         for name, kind in (("task_args", dict), ("hyperparameters", dict), ("local", dict), ("metrics", list),
                            ("label", str)):
             if not isinstance(getattr(self, name), kind):

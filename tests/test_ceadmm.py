@@ -146,3 +146,16 @@ def test_admm_family_is_not_run_by_the_sgd_engine(lsq20):
         fc.run(lsq20, fc.make("ceadmm"), rounds=1)
     with pytest.raises(fc.ConfigError, match="k0 must be >= 1"):
         fc.make("iceadmm", k0=0)
+
+
+def test_the_authors_cg_local_solver_follows_the_factored_solve(lsq32):
+    """local_solver='cg' (the authors' code: CG from zero every iteration, 50 iterations at most, residual below
+    1e-8 of the right-hand side) follows the cached exact solve to that tolerance and reaches the same optimum."""
+    exact = fc.make("ceadmm", k0=5).solve(lsq32, iterations=600, record_every=50)
+    cg = fc.make("ceadmm", k0=5, local_solver="cg").solve(lsq32, iterations=600, record_every=50)
+    a, b = (r.metric("objective_y").values for r in (exact, cg))
+    f_star = lsq32.optimum[1]
+    assert abs(b[-1] - f_star) / abs(f_star) < 1e-8
+    assert max(abs(a - b) / abs(f_star)) < 1e-8
+    with pytest.raises(fc.ConfigError, match="local_solver"):
+        fc.make("ceadmm", local_solver="lu")

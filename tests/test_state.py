@@ -157,3 +157,17 @@ def test_kept_entries_own_their_memory_so_a_rounds_tensor_is_freed(lsq_sized):
     state = algo.init(lsq_sized, torch.ones(lsq_sized.num_params, dtype=lsq_sized.dtype))
     new_state = play_round(lsq_sized, algo, state, _full_round(lsq_sized, 0), engine="loop", local=WORK)[0]
     assert all(e.untyped_storage().nbytes() == e.nbytes for e in new_state.clients["lam"])
+
+
+@pytest.mark.parametrize("name,hp", [("scaffold", {"option": "II"}), ("feddyn", {"alpha": 0.3})])
+def test_scaffold_and_feddyn_ignore_the_client_weights(lsq_sized, name, hp):
+    """Their averages are unweighted by design, so the same run with size or uniform weights gives the same model
+    (fedvra/04 lets one run serve both weightings)."""
+    import dataclasses
+
+    n = lsq_sized.num_clients
+    uniform = dataclasses.replace(lsq_sized, weights=torch.full((n,), 1.0 / n, dtype=lsq_sized.weights.dtype))
+    assert not torch.equal(uniform.weights, lsq_sized.weights)
+    runs = [fc.run(task, fc.make(name, **hp), rounds=4, lr=0.05, local=WORK, clients_per_round=3, seed=0,
+                   per_client_metrics=False) for task in (lsq_sized, uniform)]
+    assert torch.equal(runs[0].params, runs[1].params)

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .atomic import write_atomic
+from .verdict import VERDICTS, Evidence, decide, explain, from_dict
 
-VERDICTS = ("reproduces", "partly", "does not reproduce", "not testable here", "holds (our reconstruction)")
 PAPERS = {
     "FedVRA": "Wang et al., *Beyond ADMM: a unified client-variance-reduced adaptive FL framework* (AAAI 2023)",
     "CEADMM": "Zhou & Li, *Communication-efficient ADMM-based federated learning*",
@@ -26,33 +26,43 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class Claim:
-    """One claim of a paper, as a notebook tested it.
+    """One claim of a paper, as a notebook tested it; its verdict is computed from ``evidence`` by the package's rule
+    (:mod:`fedcompanion.verdict`), never written by hand.
 
     Attributes:
         id: stable identifier, e.g. ``fedvra.fig2.dual_stepsize``.
         paper: ``FedVRA``, ``CEADMM`` or ``AdaFedAdam``.
         claim: the claim in one line.
         figures: the figure files (names in ``figures/``, without extension) that test it.
-        numbers: what was measured (means and spreads over seeds), in words.
-        verdict: one of ``VERDICTS``.
+        evidence: the items the rule decides on (:class:`~fedcompanion.verdict.Evidence`, or their dicts as stored).
+        numbers: what else was measured, in words (means and spreads over seeds).
         settings: the settings of the runs (those the paper does not give are ours: say so).
         deviations: where the runs depart from the paper or the authors' code, and reconstructions.
+        reconstruction: the experiment is ours (the paper does not give it): the rule says "holds (our
+            reconstruction)" where it would say "reproduces".
     """
 
     id: str
     paper: str
     claim: str
     figures: list[str]
-    numbers: str
-    verdict: str
+    evidence: list
+    numbers: str = ""
     settings: str = ""
     deviations: str = ""
+    reconstruction: bool = False
 
     def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
         if self.paper not in PAPERS:
             raise ValueError(f"paper must be one of {list(PAPERS)}, got {self.paper!r}")
+        self.evidence = [e if isinstance(e, Evidence) else from_dict(e) for e in self.evidence]
+        if not self.evidence:
+            raise ValueError(f"claim {self.id!r} has no evidence: the verdict rule needs at least one item")
+
+    @property
+    def verdict(self) -> str:
+        """The word, from the evidence by :func:`fedcompanion.verdict.decide`."""
+        return decide(self.evidence, self.reconstruction)
 
 
 @dataclass
@@ -128,15 +138,95 @@ def _escape(text: str) -> str:
 
 
 def claims_table(summaries: list[Summary], link_prefix: str = "") -> str:
-    rows = ["| paper | claim | verdict | measured here | where |", "|---|---|---|---|---|"]
+    """README's table: each claim's word (from the rule), the number of evaluation seeds behind it and where it
+    holds; the effects and intervals are in REPRODUCTION.md."""
+    rows = ["| paper | claim | verdict | n | where it holds and where not | notebook |", "|---|---|---|---|---|---|"]
     for paper in PAPERS:
         for s in summaries:
             for c in s.claims:
                 if c.paper != paper:
                     continue
-                where = f"`{s.notebook}`"
-                rows.append(f"| {paper} | {_escape(c.claim)} | **{c.verdict}** | {_escape(c.numbers)} | {where} |")
+                rows.append(f"| {paper} | {_escape(c.claim)} | **{c.verdict}** | {_seeds(c)} | "
+                            f"{_escape(explain(c.evidence))} | `{s.notebook}` |")
     return "\n".join(rows)
+
+
+def _seeds(claim: Claim) -> str:
+    """The evaluation seeds behind a claim's seeded evidence ("exact" for identities and deterministic runs)."""
+    ns = sorted({e.n for e in claim.evidence if e.kind in ("paired", "against") and not e.deterministic})
+    if not ns:
+        return "exact" if any(e.kind != "untestable" for e in claim.evidence) else ""
+    return str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+
+
+def forest_rows(summaries: list[Summary]) -> list[dict]:
+    """One row per seeded evidence item (exact, single-value items are left out: they have no interval): the claim,
+    its setting, question and metric, the effect relative to the baseline's magnitude with its 95% interval, n and
+    the item's word (the forest plot's data)."""
+    rows = []
+    for paper in PAPERS:
+        for s in summaries:
+            for c in s.claims:
+                if c.paper != paper:
+                    continue
+                for e in c.evidence:
+                    if e.kind not in ("paired", "against") or e.deterministic or e.n < 2:
+                        continue
+                    st = e.stats()
+                    rows.append({"claim": c.id, "label": f"{c.id} | {e.setting}: {e.question} [{e.metric}]",
+                                 "word": e.word(),
+                                 "holds": e.holds(), "n": st["n"], "effect": st["relative"],
+                                 "low": st.get("relative_low", float("nan")),
+                                 "high": st.get("relative_high", float("nan"))})
+    return rows
+
+
+FOREST = "verdicts_forest"
+
+
+def write_forest(summaries: list[Summary], folder: Path) -> list[Path]:
+    """The report's first figure: every seeded comparison's effect (relative to the baseline, positive = the
+    claimed direction) with its 95% interval, against the zero line; colour = the item's word."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plots import save_figure, style
+
+    rows = forest_rows(summaries)
+    if not rows:
+        return []
+    style()
+    colours = {"reproduces": "C2", "tie": "C7", "does not reproduce": "C3"}
+    limit = 2.0  # relative effects beyond +-200% are drawn at the edge, with an arrow
+    fig, ax = plt.subplots(figsize=(12, 0.26 * len(rows) + 1.6))
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i
+        lo, hi, mid = (max(min(v, limit), -limit) for v in (r["low"], r["high"], r["effect"]))
+        ax.plot([lo, hi], [y, y], color=colours[r["word"]], lw=2)
+        ax.plot(mid, y, ">" if r["effect"] > limit else "<" if r["effect"] < -limit else "o",
+                color=colours[r["word"]], ms=4)
+    ax.axvline(0, color="k", lw=1)
+    ax.set_yticks(range(len(rows)), [f"{r['label']} (n={r['n']})" for r in reversed(rows)], fontsize=7)
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlim(-limit * 1.1, limit * 1.1)
+    ticks = [-2, -1, -0.5, -0.1, 0, 0.1, 0.5, 1, 2]
+    ax.set_xticks(ticks, [f"{t:+.0%}" if t else "0" for t in ticks])
+    ax.set(xlabel="effect in the claimed direction, relative to the baseline's mean (95% t interval; > 0: as "
+                  "claimed)", title="Every seeded comparison behind a verdict")
+    handles = [plt.Line2D([], [], color=c, lw=2, label=w) for w, c in colours.items()]
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    paths = save_figure(fig, FOREST, folder)
+    plt.close(fig)
+    return paths
+
+
+def read_history(results_dir: str | Path) -> dict:
+    """``_history.json``: earlier verdict words by claim id (``{"from": ..., "claims": {id: {"previous": word,
+    "why": sentence}}}``): what the report's history section sets beside the current words."""
+    path = summaries_dir(results_dir) / "_history.json"
+    return json.loads(path.read_text()) if path.exists() else {"claims": {}}
 
 
 def render(results_dir: str | Path = "results") -> str:
@@ -148,9 +238,22 @@ def render(results_dir: str | Path = "results") -> str:
         "# Reproduction report",
         "",
         "Generated by `make reproduce` (or `fedcompanion report`) from the summaries the notebooks write to "
-        "`results/summaries/`; do not edit by hand. Every number below comes from the runs in `results/`.",
+        "`results/summaries/`; do not edit by hand. Every number below comes from the runs in `results/`, and every "
+        "verdict from the rule in `fedcompanion.verdict` applied to the evidence each claim stores.",
         "",
         f"Profile: {', '.join(profiles) or 'none'}. Machine: {timings.get('machine', '?')}.",
+        "",
+        f"![Every seeded comparison behind a verdict](figures/{FOREST}.png)",
+        "",
+        "## The verdict rule",
+        "",
+        "Each claim declares its evidence: per-seed paired differences (method minus baseline, signed so that > 0 is "
+        "the claimed direction), a comparison with a fixed reference, or an exact identity with its tolerance. For "
+        "seeded evidence the effect is the mean difference with a 95% Student-t interval and a paired t-test: "
+        "**reproduces** if the interval lies above 0, **tie** if it contains 0, **does not reproduce** if it lies "
+        "below 0 (\"not worse\" evidence, e.g. equivalent fairness, holds on a tie). A claim **reproduces** when "
+        "every item holds, is **partly** when some hold (the settings are named), a **tie** or **does not "
+        "reproduce** when none does. Comparative claims use at least 5 evaluation seeds, tuned on other seeds.",
         "",
         "## Papers",
         "",
@@ -169,22 +272,33 @@ def render(results_dir: str | Path = "results") -> str:
         lines += [f"### {paper}", ""]
         for s, c in claims:
             figures = ", ".join(f"[`{f}`](figures/{f}.png)" for f in c.figures) or "none"
-            lines += [f"#### {c.claim}", "",
-                      f"* **Verdict: {c.verdict}.** {c.numbers}",
-                      f"* Figure: {figures}; notebook `notebooks/{s.notebook}.ipynb`; claim id `{c.id}`."]
+            lines += [f"#### {c.claim}", "", f"* **Verdict: {c.verdict}** ({explain(c.evidence)})."]
+            lines += [f"  * {e.describe()}" for e in c.evidence]
+            if c.numbers:
+                lines.append(f"* Measured: {c.numbers}")
+            lines.append(f"* Figure: {figures}; notebook `notebooks/{s.notebook}.ipynb`; claim id `{c.id}`.")
             if c.settings:
                 lines.append(f"* Settings: {c.settings}")
             if c.deviations:
                 lines.append(f"* Deviations from the paper: {c.deviations}")
             lines.append("")
     diverged = [(s.notebook, d) for s in summaries for d in s.diverged]
-    lines += ["## Runs that diverged", ""]
+    lines += ["## Runs that diverged", "", f"{len(diverged)} run(s), tuning runs included.", ""]
     if diverged:
-        lines += [f"* `{nb}`: {d.get('label', '?')} (seed {d.get('seed', '?')}) diverged at round "
-                  f"{d.get('round', '?')}; shown as diverged in the figure, left out of its mean curve."
+        lines += [f"* `{nb}`: {d.get('label', '?')} (seed {d.get('seed', '?')}{_role(d)}) diverged at round "
+                  f"{d.get('round', '?')}; " + ("a diverged tuning setting is never chosen." if d.get("role") ==
+                                               "tuning" else "shown as diverged in the figure, left out of its mean "
+                                               "curve and counted against its method in the verdict.")
                   for nb, d in diverged]
-    else:
-        lines.append("None.")
+    history = read_history(results_dir)
+    now = {c.id: c.verdict for s in summaries for c in s.claims}
+    changed = {k: v for k, v in history.get("claims", {}).items() if k in now}
+    if changed:
+        lines += ["", "## History of the verdicts", "",
+                  f"The words before the statistical rule ({history.get('from', 'earlier')}) beside the words now.",
+                  "", "| claim | before | now | what changed |", "|---|---|---|---|"]
+        lines += [f"| `{k}` | {v['previous']} | **{now[k]}** | {_escape(v.get('why', ''))} |"
+                  for k, v in changed.items()]
     lines += ["", "## Time per notebook", "", "| notebook | runs in the cache | wall time (s) |", "|---|---|---|"]
     for s in summaries:
         seconds = timings.get("notebooks", {}).get(s.notebook)
@@ -200,6 +314,10 @@ def render(results_dir: str | Path = "results") -> str:
     for f in figures:
         lines += [f"### `{f}`", "", f"![{f}](figures/{f}.png)", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _role(d: dict) -> str:
+    return ", tuning" if d.get("role") == "tuning" else ""
 
 
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -223,13 +341,15 @@ class NoSummaries(FileNotFoundError):
 
 
 def write_report(results_dir: str | Path = ROOT / "results", output: Path = ROOT / "REPRODUCTION.md",
-                 readme: Path | None = ROOT / "README.md") -> Path:
-    """Write REPRODUCTION.md (and README's claims table) from the summaries in ``results_dir``, each file
-    atomically; raises :class:`NoSummaries` (writing nothing) where there are none."""
+                 readme: Path | None = ROOT / "README.md", figures: Path | None = None) -> Path:
+    """Write REPRODUCTION.md, its forest plot (in ``figures``, by default ``figures/`` beside the report) and
+    README's claims table from the summaries in ``results_dir``, each file atomically; raises
+    :class:`NoSummaries` (writing nothing) where there are none."""
     if not load_summaries(results_dir):
         raise NoSummaries(f"no notebook summaries in {summaries_dir(results_dir)}: run the notebooks "
                           "(make reproduce) first, or point --results at a results folder")
     write_atomic(output, render(results_dir))
+    write_forest(load_summaries(results_dir), Path(figures) if figures else Path(output).parent / "figures")
     if readme is not None and readme.exists() and README_START in readme.read_text():
         update_readme(readme, results_dir)
     return output

@@ -56,3 +56,21 @@ def choose_setting(scores: pd.DataFrame, margin: float, grid: dict[str, list]) -
             same = same[same[n] == chosen[n]]
         next_diverged = bool(len(same) and not np.isfinite(same.score).all())
     return {**chosen, "at_edge": at_edge, "next_diverged": next_diverged}
+
+
+def per_seed_evidence(table: pd.DataFrame, column: str, method: str, baseline: str, better: str, setting: str,
+                      question: str | None = None, holds_if: str = "better", seeds: list[int] | None = None):
+    """Paired :class:`~fedcompanion.verdict.Evidence` from a per-run table indexed by ``(label, seed)``:
+    ``method`` against ``baseline`` in ``column`` on the seeds both ran (``seeds``: all of the table's). A run
+    missing from the table (it diverged) enters as the worst value, ``-inf`` if higher is better else ``+inf``."""
+    from ..verdict import paired
+
+    values = table[column]
+    seeds = sorted(set(values.index.get_level_values("seed"))) if seeds is None else list(seeds)
+    worst = -np.inf if better == "higher" else np.inf
+
+    def column_of(label):
+        return [float(values.get((label, s), worst)) if np.isfinite(values.get((label, s), np.nan)) else worst
+                for s in seeds]
+    return paired(setting, question or f"{method} vs {baseline}", column, better, column_of(method),
+                  column_of(baseline), seeds, holds_if)

@@ -50,3 +50,11 @@ def test_tuning_needs_two_seeds_and_a_default_inside_the_grid(tmp_path):
         tune({"FedAvg": Spec(make, {"server_lr": [1.0]}, {"server_lr": 1.0})}, [0], neg_loss, tmp_path)
     with pytest.raises(ConfigError, match="not in its grid"):
         tune({"FedAvg": Spec(make, {"server_lr": [1.0]}, {"server_lr": 0.5})}, [0, 1], neg_loss, tmp_path)
+
+
+def test_an_extended_grid_stays_on_the_default_s_log_steps():
+    from fedcompanion.experiments.tuning import _extend
+
+    assert _extend([0.0316, 0.1, 0.316], -1, 0.1) == [0.01, 0.0316, 0.1, 0.316]
+    assert _extend([0.01, 0.0316, 0.1], -1, 0.0316) == [0.00316, 0.01, 0.0316, 0.1]
+    assert _extend(log_grid(1e-3), 1, 1e-3) == [1e-4, 0.000316, 1e-3, 0.00316, 1e-2, 0.0316]

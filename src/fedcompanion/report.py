@@ -282,6 +282,7 @@ def render(results_dir: str | Path = "results") -> str:
             if c.deviations:
                 lines.append(f"* Deviations from the paper: {c.deviations}")
             lines.append("")
+    lines += _tuning_section(summaries)
     diverged = [(s.notebook, d) for s in summaries for d in s.diverged]
     lines += ["## Runs that diverged", "", f"{len(diverged)} run(s), tuning runs included.", ""]
     if diverged:
@@ -314,6 +315,27 @@ def render(results_dir: str | Path = "results") -> str:
     for f in figures:
         lines += [f"### `{f}`", "", f"![{f}](figures/{f}.png)", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _tuning_section(summaries: list[Summary]) -> list[str]:
+    """Default against best for every tuned method (``checks["tuned"]`` of the notebooks that tune by
+    :func:`fedcompanion.experiments.tune`): its default setting and score, the tuned one and its score, the grid."""
+    rows = [(s.notebook, m, t) for s in summaries for m, t in s.checks.get("tuned", {}).items() if "default" in t]
+    if not rows:
+        return []
+
+    def show(setting):
+        return ", ".join(f"{k} {v:g}" for k, v in setting.items())
+    lines = ["## Tuning: default against best", "",
+             "Every method by the same protocol (`fedcompanion.experiments.tune`); the score is the notebook's tuning "
+             "score, the mean over its tuning seeds.", "",
+             "| notebook | method | default | its score | tuned | its score | grid |", "|---|---|---|---|---|---|---|"]
+    for nb, m, t in rows:
+        grid = "; ".join(f"{k}: " + ", ".join(f"{v:g}" for v in g) for k, g in t["grid"].items())
+        edge = f" (chosen at an edge: {', '.join(t['at_edge'])})" if t["at_edge"] else ""
+        lines.append(f"| `{nb}` | {m} | {show(t['default'])} | {t['default_score']:.4f} | {show(t['value'])} | "
+                     f"{t['score']:.4f} | {grid}{edge} |")
+    return lines + [""]
 
 
 def _role(d: dict) -> str:

@@ -70,11 +70,15 @@ class Tuned:
                 f"{show(self.setting)} scores {self.score:.4f}{edge}")
 
 
-def _extend(values: list[float], side: int) -> list[float]:
+def _extend(values: list[float], side: int, default: float) -> list[float]:
+    """The grid with one more point on ``side`` (-1: below, +1: above), on the grid's own log step counted from the
+    default (the step snapped to an eighth of a decade, so that 0.0316 / 3.16 gives 0.01, not 0.00999)."""
     if len(values) < 2:
         return values
-    step = values[1] / values[0] if side < 0 else values[-1] / values[-2]
-    new = float(f"{(values[0] / step if side < 0 else values[-1] * step):.3g}")
+    log_step = round(math.log10(values[1] / values[0]) * 8) / 8
+    edge = values[0] if side < 0 else values[-1]
+    k = round(math.log10(edge / default) / log_step) + side
+    new = float(f"{default * 10 ** (log_step * k):.3g}")
     return [new, *values] if side < 0 else [*values, new]
 
 
@@ -130,7 +134,7 @@ def tune(specs: dict[str, Spec], seeds: list[int], score: Callable[[pd.DataFrame
                      if len(grids[m][n]) > 2 and setting[n] in (grids[m][n][0], grids[m][n][-1])}
             if edges and attempt < extend:
                 for n, side in edges.items():
-                    grids[m][n] = _extend(grids[m][n], side)
+                    grids[m][n] = _extend(grids[m][n], side, specs[m].default[n])
                 continue
             default = mean
             for n in names:

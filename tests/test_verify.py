@@ -82,3 +82,14 @@ def test_compare_folders_matches_runs_by_config_whatever_code_made_them(tmp_path
     assert 1e-4 < different.difference < 1e-2 and different.untrained == 0  # the untrained model is the same
     (theirs / f"{same.hash()}.csv.gz").write_bytes(b"edited")  # a history its JSON does not vouch for is not read
     assert sorted(compare_folders(ours, theirs).outcome) == ["different", "only here", "only here"]
+
+
+def test_every_smoke_rule_finds_a_committed_run_made_by_this_code():
+    """make verify needs one committed run per rule of its smoke subset; a notebook whose grid moves must move the
+    rule with it (caught here, in seconds, rather than at the end of make test)."""
+    from pathlib import Path
+
+    from fedcompanion.verify import SUBSETS, _stored, select
+
+    chosen = select("smoke", _stored(Path(__file__).resolve().parents[1] / "results"))
+    assert len(chosen) == len(SUBSETS["smoke"]), [m.get("label") for m in chosen]

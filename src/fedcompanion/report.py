@@ -339,7 +339,10 @@ def _tuning_section(summaries: list[Summary]) -> list[str]:
 
 
 def _role(d: dict) -> str:
-    return ", tuning" if d.get("role") == "tuning" else ""
+    if d.get("role") != "tuning":
+        return ""
+    setting = ", ".join(f"{k} {v:g}" for k, v in d.get("setting", {}).items())
+    return f", tuning at {setting}" if setting else ", tuning"
 
 
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"

@@ -66,9 +66,9 @@ SUBSETS = {
         lambda c, m: c["algorithm"] == "iceadmm" and c["task"] == "least_squares"
         and c["hyperparameters"].get("k0") == 5 and "sigma" not in c["hyperparameters"],
         lambda c, m: c["algorithm"] == "naccadam" and c["hyperparameters"].get("accumulate") == 4 and c["seed"] == 0,
-        lambda c, m: m.get("label") == "FedVRA" and c["algorithm"] == "fedvra" and c["rounds"] <= 30
-        and c["lr"] == 0.05 and c["hyperparameters"].get("gamma") == 0.1
-        and c["hyperparameters"].get("dual_stepsize") == 1.0,
+        lambda c, m: m.get("label") == "FedVRA" and c["algorithm"] == "fedvra" and c["rounds"] <= 20
+        and c["lr"] == 0.1 and c["hyperparameters"].get("gamma") == 0.01
+        and c["hyperparameters"].get("dual_stepsize") == 1.0 and c["seed"] == 100,
     ],
 }
 

@@ -6,12 +6,12 @@ uses.
 * :mod:`.runner`: one config, run (the driver whose code every run's fingerprint covers);
 * :mod:`.cache`: the results folder's files, written atomically and verified when read;
 * :mod:`.sweep`: the configs not yet cached, run in worker processes;
-* :mod:`.analysis`: timings, last-round summaries, the old tie rule and paired evidence from per-seed tables;
+* :mod:`.analysis`: timings, last-round summaries and paired evidence from per-seed tables;
 * :mod:`.tuning`: the one tuning protocol (log grids of equal width, disjoint tuning seeds, edges extended);
 * :mod:`.named_metrics`: extra metrics by name.
 """
 from ..tasks import PARTITIONED_TASKS, TASKS, register_task
-from .analysis import choose_setting, per_seed_evidence, summarize, timings
+from .analysis import per_seed_evidence, summarize, timings
 from .cache import CacheMiss, is_cached, load_params, load_result, read_history, store
 from .config import ExperimentConfig, config_columns
 from .named_metrics import METRICS, register_metric
@@ -21,7 +21,7 @@ from .tuning import Spec, Tuned, final_score, log_grid, mean_score, tune
 
 __all__ = [
     "METRICS", "PARTITIONED_TASKS", "RUN_THREADS", "TASKS", "CacheMiss", "ExperimentConfig", "Spec", "Tuned",
-    "build_task", "choose_setting", "config_columns", "final_score", "is_cached", "load_params", "load_result",
+    "build_task", "config_columns", "final_score", "is_cached", "load_params", "load_result",
     "log_grid", "mean_score", "per_seed_evidence", "read_history", "register_metric", "register_task", "run_config",
     "store", "summarize", "sweep", "timings", "tune",
 ]

@@ -1,4 +1,4 @@
-"""Reading cached runs for figures and tuning: timings, last-round summaries and the tuning rule."""
+"""Reading cached runs for figures and verdicts: timings, last-round summaries and paired evidence."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,33 +29,6 @@ def summarize(frame: pd.DataFrame, metric: str, **where: Any) -> pd.DataFrame:
         rows = rows[rows[k] == v]
     last = rows.sort_values("round").groupby(["label", "seed"]).tail(1)
     return last.pivot(index="label", columns="seed", values="value")
-
-
-def choose_setting(scores: pd.DataFrame, margin: float, grid: dict[str, list]) -> dict:
-    """The tuned setting of one method, with a documented tie rule and the edges reported.
-
-    ``scores`` has one row per setting: a ``score`` column (larger is better; a diverged run scores -inf) and one
-    column per tuned parameter, whose grid values (in increasing order) are in ``grid``. Rule: among the settings
-    within ``margin`` of the best score, take the one with the smallest values (the first parameter first): the
-    most conservative of those the noise cannot tell apart, so last-bit differences do not flip the choice.
-    Returns the chosen row as a dict, plus ``at_edge`` (the parameters with at least three grid values whose
-    chosen value is the largest or smallest of its grid) and ``next_diverged`` (whether the next larger value of
-    the first parameter, with the others as chosen, diverged: the choice sits at the edge of stability).
-    """
-    best = scores.score.max()
-    names = list(grid)
-    close = scores[scores.score >= best - margin].sort_values(names)
-    chosen = close.iloc[0].to_dict()
-    at_edge = [n for n in names if len(grid[n]) > 2 and chosen[n] in (grid[n][0], grid[n][-1])]
-    first = names[0]
-    larger = [v for v in grid[first] if v > chosen[first]]
-    next_diverged = False
-    if larger:
-        same = scores[(scores[first] == larger[0])]
-        for n in names[1:]:
-            same = same[same[n] == chosen[n]]
-        next_diverged = bool(len(same) and not np.isfinite(same.score).all())
-    return {**chosen, "at_edge": at_edge, "next_diverged": next_diverged}
 
 
 def per_seed_evidence(table: pd.DataFrame, column: str, method: str, baseline: str, better: str, setting: str,

@@ -2,6 +2,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from fedcompanion.data import DataError, load_dataset, verified_path
 from fedcompanion.data.files import data_dir
@@ -86,6 +87,14 @@ def test_missing_file_is_named(tmp_path, monkeypatch):
     (target / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(DataError, match="t10k-labels-idx1-ubyte.gz is missing"):
         load_dataset("mnist")
+
+
+def test_mnist_is_read_once_and_every_caller_gets_its_own_copy():
+    first = load_dataset("mnist")
+    kept = first[1].x[:3].clone()
+    first[1].x.zero_()  # a caller writing into what it was given
+    second = load_dataset("mnist")
+    assert torch.equal(second[1].x[:3], kept) and second[0].x.data_ptr() != first[0].x.data_ptr()
 
 
 def test_unknown_dataset_names_choices():

@@ -44,6 +44,21 @@ def test_sweep_in_parallel_processes_matches_serial(tmp_path):
     assert serial.equals(parallel)
 
 
+def test_sweep_computes_grouped_by_task_and_returns_in_the_given_order(tmp_path):
+    """Runs are computed task by task (a tuning grid lists the seeds innermost: built once per seed, not once per
+    run), and the frame still follows the configs as given, with the numbers of runs made one at a time."""
+    from fedcompanion.experiments.sweep import by_task
+
+    configs = [_cfg(lr=lr, seed=s, label=f"{lr}/{s}") for lr in (0.05, 0.1) for s in (0, 1)]
+    assert [c.label for c in by_task(configs)] == ["0.05/0", "0.1/0", "0.05/1", "0.1/1"]
+    frame = sweep(configs, tmp_path / "grouped", jobs=1, progress=False)
+    assert list(frame.label.unique()) == [c.label for c in configs]
+    alone = [sweep([c], tmp_path / "alone", jobs=1, progress=False) for c in configs]
+    for c, one in zip(configs, alone):
+        mine = frame[frame.label == c.label].reset_index(drop=True)
+        assert mine.value.equals(one.value.reset_index(drop=True))
+
+
 def test_bad_config_fails_before_running(tmp_path):
     with pytest.raises(ConfigError, match="unknown algorithm"):
         sweep([_cfg(), _cfg(algorithm="fedsgd")], tmp_path)

@@ -8,6 +8,7 @@ the notebook runs in the pool.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import tempfile
@@ -63,6 +64,17 @@ def _run_and_store(config: ExperimentConfig, results_dir: str) -> tuple[str, str
         torch.set_num_threads(threads)
 
 
+def by_task(configs: list[ExperimentConfig]) -> list[ExperimentConfig]:
+    """``configs`` in the order they are computed: grouped by task (task, arguments, seed), in the order each task
+    first appears, so that a process builds each task once however the sweep was written (tuning sweeps list the
+    seeds innermost; the per-process task cache holds only a few MNIST tasks). The order changes no number: each
+    run depends only on its config."""
+    first: dict[str, int] = {}
+    keys = [first.setdefault(json.dumps([c.task, c.task_args, c.seed], sort_keys=True, default=list), len(first))
+            for c in configs]
+    return [c for _, c in sorted(zip(keys, configs), key=lambda pair: pair[0])]
+
+
 def sweep(
     configs: list[ExperimentConfig],
     results_dir: str | Path = "results",
@@ -96,7 +108,7 @@ def sweep(
         raise ConfigError(f"results_dir {str(folder)!r} is not writable ({error.strerror})") from None
     for torn in clean_torn(folder):
         warnings.warn(f"removed {torn}, left by an interrupted write", stacklevel=2)
-    todo = list({c.hash(): c for c in configs if refresh or not is_cached(c, folder)}.values())
+    todo = by_task(list({c.hash(): c for c in configs if refresh or not is_cached(c, folder)}.values()))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
     errors: dict[str, str] = {}
     bar = tqdm(total=len(configs), desc="runs", disable=not progress)

@@ -46,8 +46,11 @@ verify-figures: $(STAMP)
 html: $(STAMP)
 	$(BIN)/python -m fedcompanion.site
 
+# JupyterLab on notebooks/ with the project's kernel; as root (containers, CI images) it needs --allow-root.
+# Options pass through: `make lab ARGS="--no-browser --port 8899"`.
+ARGS ?=
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedcompanion import cli
-from fedcompanion.report import README_END, README_START, claims_table, load_summaries, render
+from fedcompanion.report import README_END, README_START, load_summaries, read_timings, render, verdict_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -18,10 +18,27 @@ def test_reproduction_report_matches_the_committed_results():
     assert render(RESULTS) == (ROOT / "REPRODUCTION.md").read_text(), "run `fedcompanion report` and commit"
 
 
-def test_readme_claims_table_is_generated_from_the_same_files():
+def test_readme_verdict_summary_is_generated_from_the_same_files():
     text = (ROOT / "README.md").read_text()
     table = text.split(README_START)[1].split(README_END)[0].strip()
-    assert table == claims_table(load_summaries(RESULTS))
+    assert table == verdict_counts(load_summaries(RESULTS), read_timings(RESULTS))
+    claims = sum(len(s.claims) for s in load_summaries(RESULTS))
+    assert f"| **all** | {claims} |" in table
+
+
+def test_readme_is_a_front_door():
+    """At most ~150 lines, and what a newcomer needs to reach a running notebook: prerequisites, the commands, the
+    activation, the notebooks in reading order, and how to cite."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    for needed in ("## Prerequisites", "make env", "source .venv/bin/activate", "make lab", "make reproduce",
+                   "make test", "## Notebooks", "@software{", "REPRODUCTION.md"):
+        assert needed in text, needed
+    from fedcompanion.reproduce import notebooks, reading_order
+
+    order = [p.relative_to(ROOT / "notebooks").with_suffix("").as_posix() for p in reading_order(notebooks())]
+    positions = [text.index(f"`{name}`") for name in order]
+    assert positions == sorted(positions), "README lists the notebooks in reading order"
 
 
 def test_every_summary_is_from_the_paper_profile_and_every_notebook_has_one():
@@ -42,6 +59,18 @@ def test_tuned_step_sizes_lie_inside_their_grids(notebook):
         for name in choice["at_edge"]:
             assert choice["value"][name] == choice["grid"][name][0], (name, choice)
     assert "chosen at an edge" in render(RESULTS) or not any(c["at_edge"] for c in tuned.values())
+
+
+def test_readme_bibtex_matches_the_citation_file():
+    import re
+
+    import yaml
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    bib = (ROOT / "README.md").read_text().split("@software{")[1].split("\n}")[0]
+    fields = dict(re.findall(r"(\w+)\s*=\s*\{+(.*?)\}+,?$", bib, re.M))
+    assert fields["title"] == cff["title"] and fields["version"] == cff["version"]
+    assert fields["year"] == str(cff["date-released"])[:4] and fields["license"] == cff["license"]
 
 
 def test_citation_file_is_valid_cff():

@@ -68,3 +68,20 @@ def test_the_check_finds_what_it_is_for():
     assert problems("$\\gamma\x08eta$")  # "\b": a backspace
     assert problems("$\\frac{a}{b$") and problems("$x$ and $y") and problems("$\\nabal f$")
     assert not problems("$\\frac{a}{b}$, $$\\sum_i w_i \\|\\nabla f_i\\|^2$$ and `$HOME` costs \\$5")
+
+
+def test_notebooks_declare_the_kernel_make_env_registers():
+    from fedcompanion.reproduce import KERNEL
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"ipykernel install --sys-prefix --name {KERNEL}" in makefile
+    declared = {p.name: json.loads(p.read_text(encoding="utf-8"))["metadata"]["kernelspec"]["name"] for p in NOTEBOOKS}
+    assert set(declared.values()) == {KERNEL}, declared
+
+
+def test_make_lab_starts_as_root_and_passes_options():
+    import subprocess
+
+    dry = subprocess.run(["make", "-n", "lab", "ARGS=--port 8899"], cwd=ROOT, capture_output=True, text=True).stdout
+    line = next(x for x in dry.splitlines() if "jupyter lab" in x)
+    assert line.endswith("--port 8899") and ("--allow-root" in line) == (__import__("os").geteuid() == 0)

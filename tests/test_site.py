@@ -1,25 +1,86 @@
 """The static site (``make html``) builds without warnings from the executed notebooks (this file runs after
-``test_notebooks.py``, which executes them), and a page renders in a real headless browser where one is installed."""
+``test_notebooks.py``, which executes them), loads nothing from another host, has no broken link or anchor, and,
+where Chromium is installed, renders its math in a headless browser with no network."""
+import json
+import os
 import shutil
 import subprocess
 
 import pytest
 
+from fedcompanion.reproduce import ROOT
 
-def test_site_builds_without_warnings_and_renders_in_a_browser(tmp_path):
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
     from fedcompanion.site import build, executed_notebooks
 
     if executed_notebooks() is None:
         pytest.skip("no executed notebooks yet (the notebook tests write them)")
-    index = build(tmp_path / "html")
-    page = (tmp_path / "html" / "REPRODUCTION.html").read_text()
+    folder = tmp_path_factory.mktemp("site") / "html"
+    build(folder)
+    return folder
+
+
+def test_site_builds_with_the_report_the_front_page_and_the_reading_order(site):
+    page = (site / "REPRODUCTION.html").read_text()
     assert "Reproduction report" in page and "Verdicts at a glance" in page
-    assert (tmp_path / "html" / "api.html").exists() and (tmp_path / "html" / "papers.html").exists()
+    assert (site / "api.html").exists() and (site / "papers.html").exists()
+    index = (site / "index.html").read_text()
+    assert "verdicts_forest.png" in index and 'class="fc-gallery"' in index
+    figures = sorted(p.name for p in (ROOT / "figures").glob("*.png"))
+    assert all(f"_static/gallery/{name}" in index for name in figures), "every figure has a thumbnail"
+    sidebar = [index.index(f'href="notebooks/{name}.html"') for name in
+               ("00_tour", "fedvra/01_admm_is_variance_reduction", "ceadmm/01_communication_efficient_admm",
+                "adafedadam/01_dmop_fairness", "90_scale_out_with_flower")]
+    assert sidebar == sorted(sidebar), "the notebooks in reading order: tour, FedVRA, CEADMM, AdaFedAdam, beyond"
+
+
+def test_site_loads_nothing_from_another_host_and_has_no_broken_link(site):
+    from fedcompanion.site import broken_links, external_resources
+
+    assert external_resources(site) == []
+    assert broken_links(site) == []
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").exists(), "MathJax is served from the site itself"
+
+
+def test_the_checks_find_what_they_are_for(tmp_path):
+    from fedcompanion.site import broken_links, external_resources
+
+    (tmp_path / "a.html").write_text('<p id="here"></p><a href="a.html#here">ok</a><a href="b.html">gone</a>'
+                                     '<a href="a.html#nowhere">no anchor</a><a href="https://x.org">out</a>'
+                                     '<script src="https://cdn.example/x.js"></script>')
+    assert broken_links(tmp_path) == ["a.html: b.html", "a.html: a.html#nowhere"]
+    assert external_resources(tmp_path) == ["a.html: https://cdn.example/x.js"]
+
+
+def test_bookkeeping_is_hidden_and_a_smoke_build_says_so(site):
+    from fedcompanion.site import SMOKE_BANNER, executed_notebooks, for_readers
+
+    name = "fedvra/03_adaptive_stepsizes"
+    executed = json.loads((executed_notebooks() / f"{name}.ipynb").read_text())
+    shown = for_readers(json.loads(json.dumps(executed)))
+    tags = [c["metadata"].get("tags", []) for c in shown["cells"]]
+    assert any("parameters" in t and "hide-input" in t for t in tags)
+    assert all("remove-cell" in t for t in tags if "injected-parameters" in t)
+    assert not any("".join(c["source"]).startswith("# NBVAL_CHECK_OUTPUT") for c in shown["cells"])
+    smoke = any('profile = "smoke"' in "".join(c["source"]) for c in executed["cells"]
+                if "injected-parameters" in c["metadata"].get("tags", []))
+    html = (site / "notebooks" / f"{name}.html").read_text()
+    assert ("smoke profile" in html) == smoke and (SMOKE_BANNER in json.dumps(shown)) == smoke
+
+
+def test_math_renders_in_a_browser_with_no_network(site, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        pytest.skip("no Chromium here (Debian: apt install chromium); the site built without warnings")
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                          "--disable-component-update", "--disable-sync", "--no-first-run",
-                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", index.as_uri()],
-                         capture_output=True, text=True, timeout=60).stdout
-    assert "fedcompanion" in dom and "REPRODUCTION.html" in dom
+        pytest.skip("no Chromium here (Debian: apt install chromium); the offline checks above still ran")
+    offline = ["unshare", "-n"] if os.geteuid() == 0 and shutil.which("unshare") else []
+    command = [*offline, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path}",
+               "--virtual-time-budget=15000", "--dump-dom"]
+    page = site / "notebooks" / "fedvra" / "03_adaptive_stepsizes.html"
+    dom = subprocess.run([*command, page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "<mjx-container" in dom, "MathJax typeset the page's formulas"
+    start = dom.index('class="bd-links bd-docs-nav"')
+    sidebar = dom[start:dom.index("</nav>", start)]
+    assert "<mjx-container" in sidebar and "\\(" not in sidebar, "the sidebar's titles are typeset too"

@@ -137,8 +137,8 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def claims_table(summaries: list[Summary], link_prefix: str = "") -> str:
-    """README's table: each claim's word (from the rule), the number of evaluation seeds behind it and where it
+def claims_table(summaries: list[Summary]) -> str:
+    """The site's table: each claim's word (from the rule), the number of evaluation seeds behind it and where it
     holds; the effects and intervals are in REPRODUCTION.md."""
     rows = ["| paper | claim | verdict | n | where it holds and where not | notebook |", "|---|---|---|---|---|---|"]
     for paper in PAPERS:
@@ -148,6 +148,24 @@ def claims_table(summaries: list[Summary], link_prefix: str = "") -> str:
                     continue
                 rows.append(f"| {paper} | {_escape(c.claim)} | **{c.verdict}** | {_seeds(c)} | "
                             f"{_escape(explain(c.evidence))} | `{s.notebook}` |")
+    return "\n".join(rows)
+
+
+def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str:
+    """README's summary: per paper, how many claims got each word (REPRODUCTION.md has every claim with its effect,
+    interval and n), and the wall time of the reproduction that computed them, where one was recorded."""
+    words = [v for v in VERDICTS if any(c.verdict == v for s in summaries for c in s.claims)]
+    rows = ["| paper | claims | " + " | ".join(words) + " |", "|---" * (len(words) + 2) + "|"]
+    for paper in [*PAPERS, None]:
+        claims = [c for s in summaries for c in s.claims if paper is None or c.paper == paper]
+        if claims:
+            counts = [sum(c.verdict == v for c in claims) for v in words]
+            name = paper or "**all**"
+            rows.append(f"| {name} | {len(claims)} | " + " | ".join(str(n) if n else "" for n in counts) + " |")
+    elapsed = (timings or {}).get("elapsed")
+    if elapsed is not None:
+        rows += ["", f"The committed results took {elapsed / 60:.1f} minutes of `make reproduce` from an empty cache "
+                     f"({timings.get('machine', 'machine not recorded')})."]
     return "\n".join(rows)
 
 
@@ -349,11 +367,11 @@ README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 
 def update_readme(readme: Path, results_dir: str | Path) -> bool:
-    """Replace README's generated claims table (between the markers); returns whether it changed."""
+    """Replace README's generated verdict summary (between the markers); returns whether it changed."""
     text = readme.read_text()
     if README_START not in text or README_END not in text:
         raise ValueError(f"{readme} has no {README_START} ... {README_END} section")
-    table = claims_table(load_summaries(results_dir))
+    table = verdict_counts(load_summaries(results_dir), read_timings(results_dir))
     new = re.sub(f"{re.escape(README_START)}.*?{re.escape(README_END)}",
                  lambda _: f"{README_START}\n{table}\n{README_END}", text, flags=re.S)
     if new != text:

@@ -31,6 +31,30 @@ def notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
     return sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
+READING_ORDER = ("00_tour", "fedvra", "ceadmm", "adafedadam", "90_", "91_")  # README's order: tour, papers, beyond
+
+
+def reading_order(paths: list[Path], folder: Path = ROOT / "notebooks") -> list[Path]:
+    """``paths`` in the order a reader takes them: the tour, FedVRA, CEADMM, AdaFedAdam (each by number), then the
+    notebooks beyond the papers; a notebook no prefix names comes last."""
+    def key(path: Path):
+        rel = path.relative_to(folder).as_posix()
+        rank = next((i for i, prefix in enumerate(READING_ORDER) if rel.startswith(prefix)), len(READING_ORDER))
+        return rank, rel
+    return sorted(paths, key=key)
+
+
+KERNEL = "fedcompanion"  # the kernel the notebooks declare; `make env` registers it inside .venv
+
+
+def kernel_name() -> str:
+    """The project's kernel where it is registered (``make env``), else ``python3``: the default kernel of the
+    interpreter running this (a conda environment made from environment.yml, say), which has the package too."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KERNEL if KERNEL in KernelSpecManager().find_kernel_specs() else "python3"
+
+
 def execute(notebook: Path, output: Path, parameters: dict, progress: bool = True) -> None:
     """Run ``notebook`` with papermill into ``output`` (cwd: the repository root)."""
     import papermill
@@ -38,7 +62,7 @@ def execute(notebook: Path, output: Path, parameters: dict, progress: bool = Tru
     output.parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(
         str(notebook), str(output), parameters=parameters, cwd=str(ROOT),
-        progress_bar=progress, kernel_name="python3",
+        progress_bar=progress, kernel_name=kernel_name(),
     )  # fmt: skip
 
 

@@ -1,18 +1,35 @@
 """``python -m fedcompanion.site`` (``make html``): the static site, offline, into ``build/html``.
 
-The source is assembled in ``build/site-src`` from ``docs/`` (the API reference and the paper notes), the generated
-``REPRODUCTION.md`` with ``figures/``, and the executed notebooks (``build/reproduce`` from ``make reproduce``, or
-else ``build/executed`` from ``make test``), then rendered by Sphinx with myst-nb without executing anything. Warnings
-are errors.
+The source is assembled in ``build/site-src`` from ``docs/`` (the API reference, the paper notes, the design,
+benchmark and determinism pages), the generated ``REPRODUCTION.md`` with ``figures/``, and the executed notebooks
+(``build/reproduce`` from ``make reproduce``, or else ``build/executed`` from ``make test``), then rendered by
+Sphinx with myst-nb without executing anything. Warnings are errors.
+
+What the assembly adds to the sources:
+
+* the front page (``docs/index.md`` with its ``<!-- front -->`` marker): the verdicts (the forest plot and the
+  claims table, both from the notebooks' summaries) and a gallery of every figure, each linked to the notebook that
+  draws it; the notebooks in reading order (:func:`fedcompanion.reproduce.reading_order`);
+* in each notebook's copy: papermill's injected-parameters cell removed, the parameters cell and the ``record(...)``
+  cells collapsed (their code one click away), the ``# NBVAL_CHECK_OUTPUT`` markers dropped, and, on a page built
+  from the smoke profile, a banner that says so.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shutil
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+FRONT = "<!-- front -->"
+SECTIONS = {"00_tour": "Start here", "fedvra": "FedVRA", "ceadmm": "CEADMM and ICEADMM", "adafedadam": "AdaFedAdam",
+            "9": "Beyond the papers"}
+NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
+SMOKE_BANNER = (":::{warning}\nThis page was built from the **smoke profile** (`make test`): tiny settings whose "
+                "numbers mean nothing. `make reproduce`, then `make html`, builds it from the paper-scale run.\n:::")
 
 
 def executed_notebooks() -> Path | None:
@@ -22,27 +39,121 @@ def executed_notebooks() -> Path | None:
     return None
 
 
+def _profile(cells: list[dict]) -> str | None:
+    """The profile a notebook ran with: papermill's injected value, else the parameters cell's default."""
+    for tag in ("injected-parameters", "parameters"):
+        for cell in cells:
+            if tag in cell.get("metadata", {}).get("tags", []):
+                found = re.search(r"""^profile\s*=\s*["'](\w+)["']""", "".join(cell["source"]), re.M)
+                if found:
+                    return found.group(1)
+    return None
+
+
+def _tag(cell: dict, tag: str) -> None:
+    tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+    if tag not in tags:
+        tags.append(tag)
+
+
+def for_readers(notebook: dict) -> dict:
+    """A notebook as the site shows it (see the module docstring); the executed file itself is not changed."""
+    cells = notebook["cells"]
+    smoke = _profile(cells) == "smoke"
+    for cell in cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code":
+            continue
+        if "injected-parameters" in tags:
+            _tag(cell, "remove-cell")
+        elif "parameters" in tags or re.match(r"\s*record\(", source):
+            _tag(cell, "hide-input")
+        if source.startswith(NBVAL_MARK):
+            cell["source"] = source[len(NBVAL_MARK):].lstrip("\n")
+    if smoke:
+        title = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), -1)
+        cells.insert(title + 1, {"cell_type": "markdown", "id": "smoke-profile-banner", "metadata": {},
+                                 "source": SMOKE_BANNER})
+    return notebook
+
+
+def figure_pages(notebooks: Path, figures: Path) -> dict[str, str]:
+    """Each figure's name -> the page (a notebook path without suffix) whose code saves it."""
+    pages: dict[str, str] = {}
+    names = [p.stem for p in sorted(figures.glob("*.png"))]
+    for nb in sorted(notebooks.rglob("*.ipynb")):
+        code = "".join("".join(c["source"]) for c in json.loads(nb.read_text(encoding="utf-8"))["cells"]
+                       if c["cell_type"] == "code")
+        for name in names:
+            if re.search(rf"""["']{re.escape(name)}["']""", code):
+                pages.setdefault(name, "notebooks/" + nb.relative_to(notebooks).with_suffix("").as_posix())
+    return pages
+
+
+def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[str, str], results: Path) -> str:
+    """``docs/index.md`` with the verdicts, the gallery and the reading-order toctrees in place of its marker."""
+    from .report import FOREST, NoSummaries, claims_table, load_summaries
+
+    summaries = load_summaries(results)
+    if not summaries:
+        raise NoSummaries(f"no notebook summaries in {results}: run `make reproduce` first")
+    parts = ["## The verdicts", "",
+             "Every seeded comparison behind a verdict: the effect relative to the baseline with its 95% interval "
+             "and n (right of 0: the claimed direction). Each word comes from the rule in `fedcompanion.verdict`; "
+             "the [reproduction report](REPRODUCTION.md) has every number.", "",
+             f"![The verdicts' effects and intervals](figures/{FOREST}.png)", "", claims_table(summaries), "",
+             "## Every figure", "", '<div class="fc-gallery">']
+    for png in sorted(figures.glob("*.png")):
+        target = f"{pages[png.stem]}.html" if png.stem in pages else f"_static/gallery/{png.name}"
+        parts.append(f'<a href="{target}" title="{png.stem}"><img src="_static/gallery/{png.name}" '
+                     f'alt="{png.stem}" loading="lazy"><span>{png.stem}</span></a>')
+    parts += ["</div>", ""]
+    sections: dict[str, list[str]] = {}
+    for name in notebooks:
+        key = next(k for k in SECTIONS if name.startswith(k))
+        sections.setdefault(key, []).append(f"notebooks/{name}")
+    for key, entries in sections.items():
+        parts += ["```{toctree}", ":maxdepth: 1", f":caption: {SECTIONS[key]}", "", *entries, "```", ""]
+    return template.replace(FRONT, "\n".join(parts))
+
+
 def assemble(source: Path, notebooks: Path | None = None, figures: Path = ROOT / "figures",
-             report: Path = ROOT / "REPRODUCTION.md") -> Path:
-    """Copy everything the site renders into ``source``."""
+             report: Path = ROOT / "REPRODUCTION.md", results: Path = ROOT / "results") -> Path:
+    """Copy (and adapt, see the module docstring) everything the site renders into ``source``."""
+    from .reproduce import reading_order
+
     if source.exists():
         shutil.rmtree(source)
     shutil.copytree(ROOT / "docs", source)
     shutil.copy(report, source / "REPRODUCTION.md")
     shutil.copytree(figures, source / "figures")
+    gallery = source / "_static" / "gallery"
+    gallery.mkdir(parents=True)
+    for png in figures.glob("*.png"):
+        shutil.copy(png, gallery / png.name)
     notebooks = notebooks or executed_notebooks()
     if notebooks is None:
         raise FileNotFoundError("no executed notebooks: run `make test` or `make reproduce` first")
-    shutil.copytree(notebooks, source / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    ordered = reading_order(sorted(p for p in notebooks.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts),
+                            notebooks)
+    for nb in ordered:
+        target = source / "notebooks" / nb.relative_to(notebooks)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        adapted = for_readers(json.loads(nb.read_text(encoding="utf-8")))
+        target.write_text(json.dumps(adapted, indent=1, ensure_ascii=False), encoding="utf-8")
+    names = [nb.relative_to(notebooks).with_suffix("").as_posix() for nb in ordered]
+    index = source / "index.md"
+    index.write_text(front_page(index.read_text(), names, figures, figure_pages(notebooks, figures), results))
     return source
 
 
 def build(output: Path = ROOT / "build" / "html", notebooks: Path | None = None, figures: Path = ROOT / "figures",
-          report: Path = ROOT / "REPRODUCTION.md") -> Path:
+          report: Path = ROOT / "REPRODUCTION.md", results: Path = ROOT / "results") -> Path:
     from sphinx.cmd.build import build_main
 
-    source = assemble(ROOT / "build" / "site-src", notebooks, figures, report)
-    status = build_main(["-W", "--keep-going", "-q", "-b", "html", str(source), str(output)])
+    source = assemble(ROOT / "build" / "site-src", notebooks, figures, report, results)
+    status = build_main(["-E", "-W", "--keep-going", "-q", "-b", "html", str(source), str(output)])
     if status != 0:
         raise RuntimeError(f"sphinx-build failed with status {status} (warnings are errors)")
     return output / "index.html"
@@ -58,3 +169,43 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --------------------------------------------------------------------- checks of the built site (tests/test_site.py)
+_REF = re.compile(r"""<(a|link|script|img|iframe|source)\b[^>]*?\b(href|src)=["']([^"']+)["']""", re.I)
+_ID = re.compile(r"""\bid=["']([^"']+)["']""")
+
+
+def external_resources(folder: Path) -> list[str]:
+    """Every script, stylesheet, image or frame a built page loads from another host ("page: address")."""
+    found = []
+    for page in sorted(folder.rglob("*.html")):
+        for tag, _, target in _REF.findall(page.read_text(encoding="utf-8", errors="replace")):
+            if tag.lower() != "a" and re.match(r"(https?:)?//", target):
+                found.append(f"{page.relative_to(folder)}: {target}")
+    return found
+
+
+def broken_links(folder: Path) -> list[str]:
+    """Every link inside the site to a file that is not there, or to an anchor its page lacks ("page: link")."""
+    from urllib.parse import unquote, urlsplit
+
+    ids: dict[Path, set[str]] = {}
+
+    def anchors(page: Path) -> set[str]:
+        if page not in ids:
+            ids[page] = set(_ID.findall(page.read_text(encoding="utf-8", errors="replace")))
+        return ids[page]
+
+    broken = []
+    for page in sorted(p for p in folder.rglob("*.html") if "_static" not in p.relative_to(folder).parts):
+        for _, _, target in _REF.findall(page.read_text(encoding="utf-8", errors="replace")):
+            parts = urlsplit(target)
+            if parts.scheme or parts.netloc or target.startswith(("mailto:", "javascript:")):
+                continue
+            path = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            if not path.exists():
+                broken.append(f"{page.relative_to(folder)}: {target}")
+            elif parts.fragment and path.suffix == ".html" and unquote(parts.fragment) not in anchors(path):
+                broken.append(f"{page.relative_to(folder)}: {target}")
+    return broken

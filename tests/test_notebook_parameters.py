@@ -47,3 +47,16 @@ def test_wrong_types_are_named(name, value, match):
 def test_unknown_profile():
     with pytest.raises(ConfigError, match="'profile' must be one of"):
         resolve_parameters("fast", SMOKE)
+
+
+def test_parameters_reads_the_notebooks_namespace_in_one_line():
+    from fedcompanion.notebook import parameters
+
+    namespace = dict(profile="paper", rounds=200, lr=0.05, seeds=[0, 1], refresh=False, results_dir="r", other=1)
+    p = parameters(namespace, SMOKE)
+    assert (p.rounds, p.lr, p.seeds, p.profile) == (200, 0.05, [0, 1], "paper") and not hasattr(p, "other")
+    assert parameters(namespace | {"profile": "smoke"}, SMOKE).rounds == 2
+    with pytest.raises(ConfigError, match=r"names \['lr'\], which the notebook's parameters cell does not define"):
+        parameters({k: v for k, v in namespace.items() if k != "lr"}, SMOKE)
+    with pytest.raises(ConfigError, match="'rounds' must be an int"):
+        parameters(namespace | {"rounds": "10"}, SMOKE)

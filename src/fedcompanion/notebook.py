@@ -44,6 +44,16 @@ def resolve_parameters(profile: str, smoke: dict, **given) -> SimpleNamespace:
     return SimpleNamespace(profile=profile, **values)
 
 
+def parameters(namespace: dict, smoke: dict) -> SimpleNamespace:
+    """:func:`resolve_parameters` in one line of a notebook, ``P = fc.notebook.parameters(globals(), smoke=dict(...))``:
+    the given values are the namespace's values of ``profile`` and of every name the smoke profile lists (the
+    ``parameters`` cell's names, as papermill may have replaced them)."""
+    missing = sorted(name for name in ("profile", *smoke) if name not in namespace)
+    if missing:
+        raise ConfigError(f"the smoke profile names {missing}, which the notebook's parameters cell does not define")
+    return resolve_parameters(namespace["profile"], smoke, **{name: namespace[name] for name in smoke})
+
+
 def _kind(value) -> str:
     if value is None:
         return "None"

@@ -12,10 +12,50 @@ import seaborn as sns
 from .atomic import write_atomic
 from .data.partition import label_counts
 
+# Okabe & Ito's colour-blind-safe palette. Each method keeps its colour in every figure; the papers' own methods
+# are drawn in black, thicker and on top; a label that is no method's (a stepsize, an alpha) takes the next colour
+# not yet used in its figure.
+OKABE_ITO = {"blue": "#0072B2", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "vermillion": "#D55E00",
+             "purple": "#CC79A7", "yellow": "#F0E442", "grey": "#7F7F7F"}
+METHOD_COLORS = {"FedAvg": "blue", "FedProx": "sky", "FedADMM": "green", "SCAFFOLD": "vermillion",
+                 "FedDyn": "purple", "FedAdam": "orange", "FedYogi": "yellow", "FedAdagrad": "grey", "FedAvgM": "sky",
+                 "FedNova": "vermillion", "q-FedAvg": "green", "FedMGDA+": "purple", "ICEADMM": "orange", "FL": "blue",
+                 "ADMM": "green"}
+PAPER_METHODS = ("FedVRA", "AdaFedAdam", "CEADMM")  # the papers' own methods: emphasised
+
+
+def is_paper_method(label) -> bool:
+    return str(label).startswith(PAPER_METHODS)
+
+
+def method_palette(labels) -> dict:
+    """A colour for each label of one figure: the papers' methods black (a second variant dark grey), every other
+    method its own colour in every figure (by its name's longest known prefix), and a label that shares its
+    method's colour with an earlier one, or names no method, the next unused colour."""
+    def own(text: str) -> str | None:
+        known = max((m for m in METHOD_COLORS if text.startswith(m)), key=len, default=None)
+        return OKABE_ITO[METHOD_COLORS[known]] if known else None
+
+    labels = list(labels)
+    claimed = {own(str(label)) for label in labels} - {None}  # kept free for the methods that own them
+    palette, used = {}, set()
+    for label in labels:
+        text = str(label)
+        if is_paper_method(text):
+            colour = "#000000" if "#000000" not in used else "#555555"
+        else:
+            colour = own(text)
+            if colour is None or colour in used:
+                free = [c for c in OKABE_ITO.values() if c not in used]
+                colour = next((c for c in free if c not in claimed), free[0] if free else "#999999")
+        palette[label] = colour
+        used.add(colour)
+    return palette
+
 
 def style() -> None:
-    """The house style: seaborn whitegrid, colour-blind palette, readable sizes."""
-    sns.set_theme(style="whitegrid", palette="colorblind", context="notebook")
+    """The house style: seaborn whitegrid, the colour-blind palette above, readable sizes."""
+    sns.set_theme(style="whitegrid", palette=list(OKABE_ITO.values()), context="notebook")
     plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 150, "savefig.bbox": "tight"})
 
 
@@ -45,10 +85,18 @@ def curves(frame: pd.DataFrame, metric: str, x: str = "round", hue: str = "label
         rows["value"] = transform(rows["value"])
     ax = ax or plt.gca()
     order = list(hue_order) if hue_order is not None else list(dict.fromkeys(rows[hue]))
-    palette = dict(zip(order, sns.color_palette(n_colors=max(len(order), 1))))
+    palette = method_palette(order)
     ok = rows[rows.status != "diverged"]
-    sns.lineplot(data=ok, x=x, y="value", hue=hue, hue_order=order, palette=palette, errorbar=("pi", 100),
-                 ax=ax, legend=False)
+    band = max(0.07, 0.25 / max(len(order), 1) ** 0.5)  # more curves, fainter min-max bands
+    for name in order:
+        mine = ok[ok[hue] == name]
+        if not len(mine):
+            continue
+        paper = is_paper_method(name)
+        sns.lineplot(data=mine, x=x, y="value", color=palette[name], errorbar=("pi", 100), ax=ax, legend=False,
+                     lw=2.4 if paper else 1.4, zorder=3 if paper else 2, err_kws={"alpha": band, "lw": 0})
+    if x == "round":
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     diverged = []
     for (name, seed), run in rows[rows.status == "diverged"].groupby([hue, "seed"]):
         run = run.sort_values(x)
@@ -62,7 +110,8 @@ def curves(frame: pd.DataFrame, metric: str, x: str = "round", hue: str = "label
         for name in order:
             n_bad = sum(d["label"] == str(name) for d in diverged)
             text = str(name) + (f" ({n_bad} run{'s' * (n_bad > 1)} diverged: x)" if n_bad else "")
-            handles.append(plt.Line2D([], [], color=palette[name], label=text))
+            handles.append(plt.Line2D([], [], color=palette[name], lw=2.4 if is_paper_method(name) else 1.4,
+                                      label=text))
         ax.legend(handles=handles, fontsize="small")
     ax.set(ylabel=metric.replace("_", " "), xlabel=x.replace("_", " "))
     return diverged

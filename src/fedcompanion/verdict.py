@@ -122,12 +122,7 @@ class Evidence:
             if n == 1 and not self.deterministic:  # one seed gives no interval: nothing can be told apart
                 low, high, p = -math.inf, math.inf, math.nan
         else:
-            from scipy import stats
-
-            sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
-            half = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1)) * sd / math.sqrt(n)
-            low, high = mean - half, mean + half
-            p = float(stats.ttest_1samp(d, 0.0).pvalue) if sd > 0 else (0.0 if mean != 0 else 1.0)
+            _, low, high, p = t_interval(d)
         relative = mean / scale if scale > 0 else math.nan
         return {"effect": mean, "low": low, "high": high, "p": p, "n": n, "relative": relative,
                 "relative_low": low / scale if scale > 0 else math.nan,
@@ -165,6 +160,22 @@ class Evidence:
             return f"{self.setting}: {self.question}, {self.metric} ({direction}): effect {_g(s['effect'])} (exact)"
         return (f"{self.setting}: {self.question}, {self.metric} ({direction}): effect {_g(s['effect'])} "
                 f"[{_g(s['low'])}, {_g(s['high'])}], p = {_p(s['p'])}, n = {s['n']}")
+
+
+def t_interval(values) -> tuple[float, float, float, float]:
+    """(mean, low, high, p) of two or more values: the mean with its 95% Student-t interval, and the t-test's p
+    for a mean of 0 (what every seeded item, and every interval a figure draws, uses)."""
+    from scipy import stats
+
+    d = [float(x) for x in values]
+    n = len(d)
+    if n < 2:
+        raise ValueError(f"an interval needs at least 2 values, got {n}")
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1)) * sd / math.sqrt(n)
+    p = float(stats.ttest_1samp(d, 0.0).pvalue) if sd > 0 else (0.0 if mean != 0 else 1.0)
+    return mean, mean - half, mean + half, p
 
 
 def _g(x: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -100,17 +101,23 @@ def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: 
     return new_clients, uploads, result
 
 
-def play_round(task, algorithm, state: State, info: RoundInfo, *, engine: str = DEFAULT_ENGINE, seed: int = 0,
-               local: LocalWork | None = None):
-    """One round: broadcast, the active clients' work (:func:`client_work`), the server update.
+class Round(NamedTuple):
+    """What :func:`play_round` returns, by name (or unpacked as a tuple, in this order)."""
 
-    Returns ``(new state, what was broadcast, what was uploaded, the local result)``.
-    """
+    state: State  # the new state
+    received: dict  # what the server broadcast
+    uploads: dict  # what the active clients uploaded
+    local: LocalResult  # the active clients' local work (``local.x``: their final models)
+
+
+def play_round(task, algorithm, state: State, info: RoundInfo, *, engine: str = DEFAULT_ENGINE, seed: int = 0,
+               local: LocalWork | None = None) -> Round:
+    """One round: broadcast, the active clients' work (:func:`client_work`), the server update."""
     received = algorithm.broadcast(state)
     new_clients, uploads, result = client_work(task, algorithm, received, state.active(info.clients), info,
                                                engine=engine, seed=seed, local=local)
     server = algorithm.server_update(state.server, info, uploads)
-    return state.updated(server, info.clients, new_clients), received, uploads, result
+    return Round(state.updated(server, info.clients, new_clients), received, uploads, result)
 
 
 def initial_state(task, algorithm, x0: torch.Tensor, local: LocalWork) -> State:

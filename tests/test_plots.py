@@ -1,0 +1,35 @@
+"""Figures: every curve of a figure has its own colour, a method keeps its colour from figure to figure, the papers'
+own methods are emphasised, and rounds are ticked at whole numbers."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fedcompanion.plots import curves, method_palette  # noqa: E402
+
+SETTING_A = ["AdaFedAdam", "AdaFedAdam (code)", "FedAvg (paper, lr 1)", "FedAvg (code, lr 0.1)",
+             "FedAdam (code, lr 1e-3)", "FedAdam (tuned in B)", "FedNova", "q-FedAvg", "FedMGDA+"]
+
+
+def test_every_curve_of_a_figure_has_its_own_colour_and_methods_keep_theirs():
+    for labels in (SETTING_A, ["FedVRA", "FedAvg", "FedProx", "FedADMM", "SCAFFOLD", "FedDyn"], ["a=0", "a=0.5"]):
+        palette = method_palette(labels)
+        assert len(set(palette.values())) == len(labels), palette
+    a, b = method_palette(SETTING_A), method_palette(["FedVRA", "FedNova", "FedAvg"])
+    assert a["FedNova"] == b["FedNova"] and a["FedAvg (paper, lr 1)"] == b["FedAvg"]
+    assert a["AdaFedAdam"] == b["FedVRA"] == "#000000"
+
+
+def test_curves_emphasise_the_papers_method_and_tick_whole_rounds():
+    frame = pd.DataFrame([{"label": name, "seed": s, "round": r, "client": -1, "metric": "acc", "status": "ok",
+                           "value": r * (2 if name == "FedVRA" else 1) + s}
+                          for name in ("FedAvg", "FedVRA") for s in (0, 1) for r in range(0, 6)])
+    fig, ax = plt.subplots()
+    curves(frame, "acc", ax=ax)
+    widths = {line.get_color(): line.get_linewidth() for line in ax.get_lines() if line.get_xdata().size}
+    assert widths["#000000"] > widths[method_palette(["FedAvg"])["FedAvg"]]
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    plt.close(fig)

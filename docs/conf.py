@@ -34,3 +34,7 @@ html_theme_options = {
 }
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
+
+
+def setup(app):
+    app.set_html_assets_policy("always")  # MathJax on every page: the sidebar's titles hold math on pages without

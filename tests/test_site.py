@@ -78,9 +78,9 @@ def test_math_renders_in_a_browser_with_no_network(site, tmp_path):
     command = [*offline, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path}",
                "--virtual-time-budget=15000", "--dump-dom"]
-    page = site / "notebooks" / "fedvra" / "03_adaptive_stepsizes.html"
-    dom = subprocess.run([*command, page.as_uri()], capture_output=True, text=True, timeout=120).stdout
-    assert "<mjx-container" in dom, "MathJax typeset the page's formulas"
-    start = dom.index('class="bd-links bd-docs-nav"')
-    sidebar = dom[start:dom.index("</nav>", start)]
-    assert "<mjx-container" in sidebar and "\\(" not in sidebar, "the sidebar's titles are typeset too"
+    for page in (site / "notebooks" / "fedvra" / "03_adaptive_stepsizes.html", site / "REPRODUCTION.html"):
+        dom = subprocess.run([*command, page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+        assert "<mjx-container" in dom, f"MathJax typeset {page.name}'s formulas"
+        start = dom.index('class="bd-links bd-docs-nav"')
+        sidebar = dom[start:dom.index("</nav>", start)]
+        assert "<mjx-container" in sidebar and "\\(" not in sidebar, f"{page.name}: the sidebar's titles are typeset"

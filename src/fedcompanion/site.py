@@ -10,9 +10,9 @@ What the assembly adds to the sources:
 * the front page (``docs/index.md`` with its ``<!-- front -->`` marker): the verdicts (the forest plot and the
   claims table, both from the notebooks' summaries) and a gallery of every figure, each linked to the notebook that
   draws it; the notebooks in reading order (:func:`fedcompanion.reproduce.reading_order`);
-* in each notebook's copy: papermill's injected-parameters cell removed, the parameters cell and the ``record(...)``
-  cells collapsed (their code one click away), the ``# NBVAL_CHECK_OUTPUT`` markers dropped, and, on a page built
-  from the smoke profile, a banner that says so.
+* in each notebook's copy: papermill's injected-parameters cell removed, the parameters cell and the cells that
+  call ``record(...)`` collapsed (their code one click away), the ``# NBVAL_CHECK_OUTPUT`` markers dropped, and, on
+  a page built from the smoke profile, a banner that says so.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def for_readers(notebook: dict) -> dict:
             continue
         if "injected-parameters" in tags:
             _tag(cell, "remove-cell")
-        elif "parameters" in tags or re.match(r"\s*record\(", source):
+        elif "parameters" in tags or re.search(r"^record\(", source, re.M):
             _tag(cell, "hide-input")
         if source.startswith(NBVAL_MARK):
             cell["source"] = source[len(NBVAL_MARK):].lstrip("\n")

@@ -115,3 +115,15 @@ def test_cli_names_bad_config_keys(tmp_path, capsys, text, message):
     config.write_text(text)
     assert cli.main(["run", str(config), "--results", str(tmp_path)]) == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_wall_times_are_recorded_only_from_an_empty_cache(tmp_path):
+    from fedcompanion.reproduce import from_empty_cache
+
+    assert from_empty_cache(tmp_path)
+    (tmp_path / "summaries").mkdir()
+    (tmp_path / "summaries" / "_timings.json").write_text("{}")
+    assert from_empty_cache(tmp_path), "summaries are not runs"
+    (tmp_path / "0123456789abcdef.json").write_text("{}")
+    assert not from_empty_cache(tmp_path)
+    assert not from_empty_cache(RESULTS), "the committed results are a warm cache: a re-run keeps their timings"

@@ -11,8 +11,9 @@ or waits for its last run. On two cores from an empty cache: two at a time with 
 one at a time with two, 1652 s; two at a time with two each (four processes on two cores), 1667 s. No number
 depends on it: every run is the cache's (one torch thread each), every notebook computes with one torch thread
 (``resolve_parameters``) and has its own kernel. The wall time of each notebook and of the whole reproduction are
-recorded beside the notebooks' summaries, and the run ends by writing ``REPRODUCTION.md`` (and README's claims
-table) from those summaries. The smoke profile writes everything under ``build/`` instead.
+recorded beside the notebooks' summaries when the reproduction starts from an empty cache (a run that reads cached
+results would record the time it took to read them), and the run ends by writing ``REPRODUCTION.md`` (and README's
+verdict summary) from those summaries. The smoke profile writes everything under ``build/`` instead.
 """
 from __future__ import annotations
 
@@ -118,6 +119,15 @@ def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
     return sorted(todo, key=key)
 
 
+_TIMINGS = "results/summaries/_timings.json"
+
+
+def from_empty_cache(results: Path) -> bool:
+    """Whether a reproduction into ``results`` starts from an empty cache (no run stored yet): only then are its
+    wall times what `make reproduce` costs, and recorded."""
+    return not any(results.glob("*.json"))
+
+
 def main(argv: list[str] | None = None) -> int:
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
@@ -148,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parallel = min(args.parallel, len(todo))  # more workers than notebooks would only take cores from them
     if parallel > 1:  # several at a time: longest first; one at a time: reading order
         todo = longest_first(todo, read_timings(results).get("notebooks", {}))
+    cold = from_empty_cache(results)  # wall times are recorded only for a reproduction from an empty cache
     threads = kernel_threads(parallel, os.cpu_count() or 1)
     jobs = sweep_jobs(parallel, os.cpu_count() or 1)
     start, failed = time.time(), []
@@ -167,15 +178,19 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(rel)
                 print(f"[{k}/{len(todo)}] {rel} FAILED: {str(error).strip().splitlines()[-1:]}", flush=True)
                 continue
-            write_timings(results, {str(rel.with_suffix("")): seconds})
+            if cold:
+                write_timings(results, {str(rel.with_suffix("")): seconds})
             print(f"[{k}/{len(todo)}] {rel} done in {seconds:.0f} s", flush=True)
     elapsed = time.time() - start
     if failed:
         print(f"error: {len(failed)} notebook(s) failed: {', '.join(map(str, failed))} (executed copies with the "
               f"traceback in {out_dir.relative_to(ROOT)})", file=sys.stderr)
         return 1
-    if len(todo) == len(notebooks()):
+    if cold and len(todo) == len(notebooks()):
         write_timings(results, {}, elapsed=elapsed, parallel=parallel)
+    elif not cold:
+        print(f"wall times not recorded: {results.relative_to(ROOT)} held cached runs ({_TIMINGS} keeps those of the "
+              "last reproduction from an empty cache)")
     written = sorted(p for p in figures.glob("*") if p.stat().st_mtime >= start)
     print(f"\nwrote {len(written)} figure files to {figures}:")
     for p in written:

@@ -119,9 +119,6 @@ def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
     return sorted(todo, key=key)
 
 
-_TIMINGS = "results/summaries/_timings.json"
-
-
 def from_empty_cache(results: Path) -> bool:
     """Whether a reproduction into ``results`` starts from an empty cache (no run stored yet): only then are its
     wall times what `make reproduce` costs, and recorded."""
@@ -189,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if cold and len(todo) == len(notebooks()):
         write_timings(results, {}, elapsed=elapsed, parallel=parallel)
     elif not cold:
-        print(f"wall times not recorded: {results.relative_to(ROOT)} held cached runs ({_TIMINGS} keeps those of the "
+        kept = (results / "summaries" / "_timings.json").relative_to(ROOT)
+        print(f"wall times not recorded: {results.relative_to(ROOT)} held cached runs ({kept} keeps those of the "
               "last reproduction from an empty cache)")
     written = sorted(p for p in figures.glob("*") if p.stat().st_mtime >= start)
     print(f"\nwrote {len(written)} figure files to {figures}:")

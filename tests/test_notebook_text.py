@@ -80,8 +80,9 @@ def test_notebooks_declare_the_kernel_make_env_registers():
 
 
 def test_make_lab_starts_as_root_and_passes_options():
+    import os
     import subprocess
 
     dry = subprocess.run(["make", "-n", "lab", "ARGS=--port 8899"], cwd=ROOT, capture_output=True, text=True).stdout
     line = next(x for x in dry.splitlines() if "jupyter lab" in x)
-    assert line.endswith("--port 8899") and ("--allow-root" in line) == (__import__("os").geteuid() == 0)
+    assert line.endswith("--port 8899") and ("--allow-root" in line) == (os.geteuid() == 0)

@@ -151,17 +151,23 @@ def claims_table(summaries: list[Summary]) -> str:
     return "\n".join(rows)
 
 
+def tally(claims) -> dict[str, int]:
+    """How many of ``claims`` got each verdict word, in the rule's order (words no claim got left out)."""
+    counts = {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
+    return {v: n for v, n in counts.items() if n}
+
+
 def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str:
     """README's summary: per paper, how many claims got each word (REPRODUCTION.md has every claim with its effect,
     interval and n), and the wall time of the reproduction that computed them, where one was recorded."""
-    words = [v for v in VERDICTS if any(c.verdict == v for s in summaries for c in s.claims)]
+    words = list(tally([c for s in summaries for c in s.claims]))
     rows = ["| paper | claims | " + " | ".join(words) + " |", "|---" * (len(words) + 2) + "|"]
     for paper in [*PAPERS, None]:
         claims = [c for s in summaries for c in s.claims if paper is None or c.paper == paper]
         if claims:
-            counts = [sum(c.verdict == v for c in claims) for v in words]
-            name = paper or "**all**"
-            rows.append(f"| {name} | {len(claims)} | " + " | ".join(str(n) if n else "" for n in counts) + " |")
+            counts = tally(claims)
+            rows.append(f"| {paper or '**all**'} | {len(claims)} | "
+                        + " | ".join(str(counts.get(v, "")) for v in words) + " |")
     elapsed = (timings or {}).get("elapsed")
     if elapsed is not None:
         rows += ["", f"The committed results took {elapsed / 60:.1f} minutes of `make reproduce` from an empty cache "
@@ -277,12 +283,9 @@ def render(results_dir: str | Path = "results") -> str:
         "",
     ]
     lines += [f"* **{key}**: {title}" for key, title in PAPERS.items()]
-    counts = {v: 0 for v in VERDICTS}
-    for s in summaries:
-        for c in s.claims:
-            counts[c.verdict] += 1
+    counts = tally([c for s in summaries for c in s.claims])
     lines += ["", "## Verdicts at a glance", "",
-              ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".", "", "## Claims", ""]
+              ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "", "## Claims", ""]
     for paper in PAPERS:
         claims = [(s, c) for s in summaries for c in s.claims if c.paper == paper]
         if not claims:
@@ -341,9 +344,8 @@ def _tuning_section(summaries: list[Summary]) -> list[str]:
     rows = [(s.notebook, m, t) for s in summaries for m, t in s.checks.get("tuned", {}).items() if "default" in t]
     if not rows:
         return []
+    from .experiments.tuning import format_setting as show
 
-    def show(setting):
-        return ", ".join(f"{k} {v:g}" for k, v in setting.items())
     lines = ["## Tuning: default against best", "",
              "Every method by the same protocol (`fedcompanion.experiments.tune`); the score is the notebook's tuning "
              "score, the mean over its tuning seeds.", "",
@@ -359,7 +361,9 @@ def _tuning_section(summaries: list[Summary]) -> list[str]:
 def _role(d: dict) -> str:
     if d.get("role") != "tuning":
         return ""
-    setting = ", ".join(f"{k} {v:g}" for k, v in d.get("setting", {}).items())
+    from .experiments.tuning import format_setting
+
+    setting = format_setting(d.get("setting", {}))
     return f", tuning at {setting}" if setting else ", tuning"
 
 

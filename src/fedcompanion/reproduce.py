@@ -32,7 +32,9 @@ def notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
     return sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
-READING_ORDER = ("00_tour", "fedvra", "ceadmm", "adafedadam", "90_", "91_")  # README's order: tour, papers, beyond
+# README's order, as path prefixes with the part each belongs to: the tour, the papers, then beyond them
+READING_ORDER = {"00_tour": "Start here", "fedvra": "FedVRA", "ceadmm": "CEADMM and ICEADMM",
+                 "adafedadam": "AdaFedAdam", "90_": "Beyond the papers", "91_": "Beyond the papers"}
 
 
 def reading_order(paths: list[Path], folder: Path = ROOT / "notebooks") -> list[Path]:

@@ -25,8 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONT = "<!-- front -->"
-SECTIONS = {"00_tour": "Start here", "fedvra": "FedVRA", "ceadmm": "CEADMM and ICEADMM", "adafedadam": "AdaFedAdam",
-            "9": "Beyond the papers"}
 NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
 SMOKE_BANNER = (":::{warning}\nThis page was built from the **smoke profile** (`make test`): tiny settings whose "
                 "numbers mean nothing. `make reproduce`, then `make html`, builds it from the paper-scale run.\n:::")
@@ -109,12 +107,14 @@ def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[s
         parts.append(f'<a href="{target}" title="{png.stem}"><img src="_static/gallery/{png.name}" '
                      f'alt="{png.stem}" loading="lazy"><span>{png.stem}</span></a>')
     parts += ["</div>", ""]
+    from .reproduce import READING_ORDER
+
     sections: dict[str, list[str]] = {}
     for name in notebooks:
-        key = next(k for k in SECTIONS if name.startswith(k))
-        sections.setdefault(key, []).append(f"notebooks/{name}")
-    for key, entries in sections.items():
-        parts += ["```{toctree}", ":maxdepth: 1", f":caption: {SECTIONS[key]}", "", *entries, "```", ""]
+        part = next((t for prefix, t in READING_ORDER.items() if name.startswith(prefix)), "More notebooks")
+        sections.setdefault(part, []).append(f"notebooks/{name}")
+    for part, entries in sections.items():
+        parts += ["```{toctree}", ":maxdepth: 1", f":caption: {part}", "", *entries, "```", ""]
     return template.replace(FRONT, "\n".join(parts))
 
 

@@ -8,7 +8,6 @@ the notebook runs in the pool.
 """
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import tempfile
@@ -65,13 +64,12 @@ def _run_and_store(config: ExperimentConfig, results_dir: str) -> tuple[str, str
 
 
 def by_task(configs: list[ExperimentConfig]) -> list[ExperimentConfig]:
-    """``configs`` in the order they are computed: grouped by task (task, arguments, seed), in the order each task
-    first appears, so that a process builds each task once however the sweep was written (tuning sweeps list the
-    seeds innermost; the per-process task cache holds only a few MNIST tasks). The order changes no number: each
-    run depends only on its config."""
+    """``configs`` in the order they are computed: grouped by :meth:`ExperimentConfig.task_key` (the per-process
+    task cache's key), in the order each task first appears, so that a process builds each task once however the
+    sweep was written (tuning sweeps list the seeds innermost; the cache holds only a few MNIST tasks). The order
+    changes no number: each run depends only on its config."""
     first: dict[str, int] = {}
-    keys = [first.setdefault(json.dumps([c.task, c.task_args, c.seed], sort_keys=True, default=list), len(first))
-            for c in configs]
+    keys = [first.setdefault(c.task_key(), len(first)) for c in configs]
     return [c for _, c in sorted(zip(keys, configs), key=lambda pair: pair[0])]
 
 

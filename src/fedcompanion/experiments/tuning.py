@@ -63,11 +63,14 @@ class Tuned:
 
     def line(self) -> str:
         """``method: default ... score s0 -> tuned ... score s1`` (the report's "default vs best")."""
-        def show(setting):
-            return ", ".join(f"{k} {v:g}" for k, v in setting.items())
         edge = f" (at the edge of its grid: {', '.join(self.at_edge)})" if self.at_edge else ""
-        return (f"{self.method}: default {show(self.default)} scores {self.default_score:.4f}, tuned "
-                f"{show(self.setting)} scores {self.score:.4f}{edge}")
+        return (f"{self.method}: default {format_setting(self.default)} scores {self.default_score:.4f}, tuned "
+                f"{format_setting(self.setting)} scores {self.score:.4f}{edge}")
+
+
+def format_setting(setting: dict) -> str:
+    """``{"lr": 0.1, "mu": 0.01}`` -> ``"lr 0.1, mu 0.01"`` (the notebooks' and the report's way of naming one)."""
+    return ", ".join(f"{k} {v:g}" for k, v in setting.items())
 
 
 def _extend(values: list[float], side: int, default: float) -> list[float]:

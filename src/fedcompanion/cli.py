@@ -3,6 +3,7 @@
     fedcompanion run config.yaml [--results results] [--jobs 2] [--refresh]
     fedcompanion list
     fedcompanion report [--results results] [--output REPRODUCTION.md] [--readme README.md]
+    fedcompanion arena [--tasks qsar ...] [--algorithms FedAvg FedVRA ...] [--seeds 0 1 2 3 4] [--figure arena.png]
 
 A config file holds one experiment (the fields of :class:`~fedcompanion.experiments.ExperimentConfig`), or a sweep::
 
@@ -171,6 +172,24 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_arena(args) -> int:
+    from . import arena
+
+    plan = arena.Plan(rounds=args.rounds, tune_rounds=args.tune_rounds, seeds=tuple(args.seeds),
+                      tune_seeds=tuple(args.tune_seeds))
+    outcomes = arena.run_arena(args.tasks, args.algorithms, plan, args.results, jobs=args.jobs, refresh=args.refresh)
+    for o in outcomes.values():
+        shown = o.ranking[["rank", "method", "metric", "metric low", "metric high", "against best", "diverged"]]
+        print(f"\n{o.task.description}: {o.task.metric} ({o.task.better} is better), {plan.rounds} rounds")
+        print(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        print(o.sentence())
+    if args.figure:
+        fig = arena.plot(outcomes)
+        fig.savefig(args.figure, bbox_inches="tight")
+        print(f"\nwrote {args.figure}")
+    return 0
+
+
 def _root() -> Path:
     from .report import ROOT
 
@@ -191,9 +210,22 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--output", default=str(_root() / "REPRODUCTION.md"), help="the report to write")
     report.add_argument("--readme", default=str(_root() / "README.md"),
                         help="the README whose claims table is replaced ('' for none)")
+    from .arena import METHODS, TASKS
+
+    ring = sub.add_parser("arena", help="every method on the same tasks under one tuning protocol (notebook 92)")
+    ring.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"from {list(TASKS)} (default: all)")
+    ring.add_argument("--algorithms", nargs="+", default=list(METHODS), help=f"from {list(METHODS)} (default: all)")
+    ring.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="evaluation seeds")
+    ring.add_argument("--tune-seeds", nargs="+", type=int, default=[100, 101], help="tuning seeds (disjoint)")
+    ring.add_argument("--rounds", type=int, default=30)
+    ring.add_argument("--tune-rounds", type=int, default=15)
+    ring.add_argument("--results", default="results")
+    ring.add_argument("--jobs", type=int, default=None, help="parallel processes (default: CPU count)")
+    ring.add_argument("--refresh", action="store_true", help="ignore cached results")
+    ring.add_argument("--figure", default="", help="write the ranked chart here (PNG or PDF)")
     args = parser.parse_args(argv)
     try:
-        return {"run": cmd_run, "list": cmd_list, "report": cmd_report}[args.command](args)
+        return {"run": cmd_run, "list": cmd_list, "report": cmd_report, "arena": cmd_arena}[args.command](args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -304,6 +304,9 @@ def render(results_dir: str | Path = "results") -> str:
                 lines.append(f"* Deviations from the paper: {c.deviations}")
             lines.append("")
     lines += _tuning_section(summaries)
+    from .arena import markdown as arena_markdown  # (the arena's section: notebook 92, when it has run)
+
+    lines += next((arena_markdown(s.checks["arena"]) for s in summaries if "arena" in s.checks), [])
     diverged = [(s.notebook, d) for s in summaries for d in s.diverged]
     lines += ["## Runs that diverged", "", f"{len(diverged)} run(s), tuning runs included.", ""]
     if diverged:

@@ -100,8 +100,14 @@ def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[s
              "Every seeded comparison behind a verdict: the effect relative to the baseline with its 95% interval "
              "and n (right of 0: the claimed direction). Each word comes from the rule in `fedcompanion.verdict`; "
              "the [reproduction report](REPRODUCTION.md) has every number.", "",
-             f"![The verdicts' effects and intervals](figures/{FOREST}.png)", "", claims_table(summaries), "",
-             "## Every figure", "", '<div class="fc-gallery">']
+             f"![The verdicts' effects and intervals](figures/{FOREST}.png)", "", claims_table(summaries), ""]
+    arena = next((s.checks["arena"] for s in summaries if "arena" in s.checks), None)
+    if arena and (figures / "arena_ranking.png").exists():  # beside the claims: every method on the same tasks
+        parts += ["## The arena", "", "Every engine algorithm on the same tasks under one tuning budget (not a claim "
+                  "of any paper; [the notebook](notebooks/92_arena.ipynb)): the mean with its 95% interval, filled "
+                  "where a method cannot be told apart from the best.", "",
+                  *[f"* {o['sentence']}" for o in arena.values()], "", "![The arena](figures/arena_ranking.png)", ""]
+    parts += ["## Every figure", "", '<div class="fc-gallery">']
     for png in sorted(figures.glob("*.png")):
         target = f"{pages[png.stem]}.html" if png.stem in pages else f"_static/gallery/{png.name}"
         parts.append(f'<a href="{target}" title="{png.stem}"><img src="_static/gallery/{png.name}" '

@@ -1,0 +1,365 @@
+r"""The arena: every engine algorithm on the same tasks, tuned by one protocol with one budget, compared on seeds.
+
+None of the three papers compares its method with the other two. The arena does, on tasks none of them chose:
+
+* **Tasks** (:data:`TASKS`): MNIST over 100 clients with Dirichlet(0.1) label skew, MNIST in shards (two labels
+  per client), both with an MLP 784-128-64-10, and l2-free logistic regression on QSAR oral toxicity over 50
+  Dirichlet(0.5) clients. Every client holds out 20% of its data, so every run reports its clients' accuracies.
+  10 clients per round, 10 local SGD steps on mini-batches of 32 for every method.
+* **Methods** (:data:`METHODS`): the registry's engine algorithms, each with its library default (the class's
+  own default value, the grid's centre) for the client learning rate and for its one own hyperparameter.
+* **Tuning** (:func:`fedcompanion.experiments.tune`, the protocol of every notebook): a 3 x 3 log grid one decade
+  wide in both, every setting on two tuning seeds disjoint from the evaluation seeds, for ``tune_rounds``
+  rounds; the score is the task's metric averaged over the evaluated rounds; a setting at which a tuning seed
+  diverged is never chosen; a choice at a grid edge extends that grid (twice at most). So every method gets the
+  same number of tuning runs, unless an edge extends its grid.
+* **Evaluation**: the tuned setting on every evaluation seed (a seed fixes the split, the sampled clients per
+  round and the initial model: the methods are paired by seed). Per method and seed: the metric at the last round,
+  the rounds to the task's target, the bytes each client uploads per round, and the spread (std) and worst 10% of
+  the clients' accuracies at the last round. A diverged run counts as the worst value.
+* **Ranking and ties**: methods in order of their mean metric; each is compared with the first by the package's
+  rule (:mod:`fedcompanion.verdict`: the paired per-seed difference, its 95% t interval): an interval that contains
+  0 is a **tie** with the best, and is said so. Intervals are per comparison (not adjusted for the number of
+  comparisons), so a tie is the honest reading and a lone "worse" among many comparisons is weak evidence.
+
+``fedcompanion arena --tasks ... --algorithms ...`` runs it from the shell; ``notebooks/92_arena.ipynb`` shows it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .experiments import ExperimentConfig, Spec, log_grid, mean_score, sweep, tune
+from .validation import ConfigError
+from .verdict import paired, t_interval
+
+
+@dataclass(frozen=True)
+class ArenaTask:
+    """One arena task: the ``dataset`` task's arguments, its metric (``better``: higher or lower), the target for
+    "rounds to target", the default client learning rate (the lr grid's centre) and a line of description."""
+
+    name: str
+    task_args: dict
+    metric: str
+    better: str
+    target: float
+    lr: float
+    description: str
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One method: its registry name, its own tuned hyperparameter with the library default, fixed ones."""
+
+    algorithm: str
+    own: dict
+    fixed: dict = field(default_factory=dict)
+
+
+_MNIST = dict(dataset="mnist", model="mlp", hidden=[128, 64], num_clients=100, local_test_fraction=0.2)
+TASKS = {
+    "mnist-dirichlet": ArenaTask("mnist-dirichlet", dict(_MNIST, partition_scheme="dirichlet", alpha=0.1),
+                                 "test_accuracy", "higher", 0.85, 0.05,
+                                 "MNIST, 100 clients, Dirichlet(0.1) labels, MLP 784-128-64-10"),
+    "mnist-shards": ArenaTask("mnist-shards", dict(_MNIST, partition_scheme="shards", shards_per_client=2),
+                              "test_accuracy", "higher", 0.8, 0.05,
+                              "MNIST, 100 clients, 2 label shards each, MLP 784-128-64-10"),
+    "qsar": ArenaTask("qsar", dict(dataset="qsar", model="logistic", num_clients=50, partition_scheme="dirichlet",
+                                   alpha=0.5, local_test_fraction=0.2),
+                      "test_loss", "lower", 0.27, 0.5, "QSAR oral toxicity, 50 clients, Dirichlet(0.5), logistic"),
+}
+
+METHODS = {  # each method's own hyperparameter at the library's default (the class's default value)
+    "FedAvg": Contender("fedavg", {"server_lr": 1.0}),
+    "FedProx": Contender("fedprox", {"mu": 0.01}),
+    "FedAvgM": Contender("fedavgm", {"server_lr": 1.0}, {"momentum": 0.9}),
+    "SCAFFOLD": Contender("scaffold", {"server_lr": 1.0}, {"option": "II"}),
+    "FedDyn": Contender("feddyn", {"alpha": 0.1}),
+    "FedADMM": Contender("fedadmm", {"gamma": 0.1}),
+    "FedVRA": Contender("fedvra", {"gamma": 0.1},
+                        {"dual_stepsize": 1.0, "aggregation_stepsize": "inverse_probability"}),
+    "FedAdam": Contender("fedadam", {"server_lr": 0.01}),
+    "FedYogi": Contender("fedyogi", {"server_lr": 0.01}),
+    "FedAdagrad": Contender("fedadagrad", {"server_lr": 0.01}),
+    "FedNova": Contender("fednova", {"server_lr": 1.0}),
+    "q-FedAvg": Contender("qfedavg", {"q": 1.0}),
+    "FedMGDA+": Contender("fedmgda+", {"epsilon": 0.1}),
+    "AdaFedAdam": Contender("adafedadam", {"server_lr": 0.001}, {"alpha": 1.0}),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The budget every method gets: rounds, clients per round, local work, seeds and the tuning grid."""
+
+    rounds: int = 30
+    tune_rounds: int = 15
+    clients_per_round: int = 10
+    local_steps: int = 10
+    batch_size: int = 32
+    eval_every: int = 5
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    tune_seeds: tuple[int, ...] = (100, 101)
+    decades: float = 1.0
+    points: int = 3
+
+    def __post_init__(self):
+        if set(self.seeds) & set(self.tune_seeds):
+            raise ConfigError(f"tune_seeds {list(self.tune_seeds)} must be disjoint from seeds {list(self.seeds)}")
+        if len(self.seeds) < 2:
+            raise ConfigError(f"the arena needs at least 2 evaluation seeds for an interval, got {list(self.seeds)}")
+
+
+def check_names(tasks, methods) -> tuple[list[str], list[str]]:
+    """The selection, checked against :data:`TASKS` and :data:`METHODS` (a bad name is named, with the choices)."""
+    for kind, names, known in (("task", tasks, TASKS), ("algorithm", methods, METHODS)):
+        bad = [n for n in names if n not in known]
+        if bad or not names:
+            raise ConfigError(f"unknown arena {kind} {bad[0] if bad else '(none given)'!r}; choose from {list(known)}")
+    return list(tasks), list(methods)
+
+
+def config(task: ArenaTask, method: str, setting: dict, seed: int, rounds: int, plan: Plan) -> ExperimentConfig:
+    """The run of ``method`` at ``setting`` (``lr`` plus its own hyperparameter) on ``task``."""
+    c = METHODS[method]
+    hp = {k: v for k, v in setting.items() if k != "lr"}
+    return ExperimentConfig(task="dataset", task_args=dict(task.task_args), algorithm=c.algorithm,
+                            hyperparameters={**hp, **c.fixed}, rounds=rounds,
+                            clients_per_round=plan.clients_per_round, lr=setting["lr"],
+                            local=dict(steps=plan.local_steps, batch_size=plan.batch_size),
+                            eval_every=plan.eval_every, per_client_metrics=False, eval_train=False, seed=seed,
+                            label=method)
+
+
+def specs(task: ArenaTask, methods: list[str], plan: Plan) -> dict[str, Spec]:
+    """Every method's tuning grid: ``plan.points`` values over ``plan.decades`` decades around each default."""
+    out = {}
+    for m in methods:
+        default = {"lr": task.lr, **METHODS[m].own}
+        out[m] = Spec(lambda s, seed, m=m: config(task, m, s, seed, plan.tune_rounds, plan),
+                      {k: log_grid(v, plan.decades, plan.points) for k, v in default.items()}, default,
+                      source="library default, tuned")
+    return out
+
+
+def per_seed(frame: pd.DataFrame, task: ArenaTask, plan: Plan) -> pd.DataFrame:
+    """One row per (method, seed): ``metric`` (at the last round), ``rounds to target``, ``upload KB`` (per client
+    and round), ``client accuracy std``, ``worst-10% accuracy`` and ``status``; a diverged run's values are NaN."""
+    rows = []
+    glob = frame[frame.client == -1]
+    for (label, seed), run in glob.groupby(["label", "seed"]):
+        status = run.status.iloc[0]
+        wide = run.pivot_table(index="round", columns="metric", values="value").sort_index()
+        row = {"method": label, "seed": int(seed), "status": status}
+        if status == "ok":
+            last = wide.iloc[-1]
+            hit = wide[task.metric] >= task.target if task.better == "higher" else wide[task.metric] <= task.target
+            bytes_per_float = 4  # float32 tasks
+            row.update({"metric": float(last[task.metric]),
+                        "rounds to target": float(wide.index[hit.values][0]) if hit.any() else math.nan,
+                        "upload KB": float(last["uploaded_floats"]) * bytes_per_float / 1e3
+                        / (wide.index[-1] * plan.clients_per_round),
+                        "client accuracy std": float(last["client_accuracy_std"]),
+                        "worst-10% accuracy": float(last["client_accuracy_worst10"])})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["method", "seed"]).sort_index()
+
+
+COLUMNS = {"metric": None, "client accuracy std": "lower", "worst-10% accuracy": "higher"}
+
+
+def ranking(table: pd.DataFrame, task: ArenaTask, seeds) -> pd.DataFrame:
+    """Methods ranked by their mean metric, each with its mean and 95% interval per column and its word against the
+    column's best (``best``, ``tie`` or ``worse``, by the verdict rule on the paired per-seed differences): the
+    metric's in ``against best`` (with the ``difference`` and its interval), each fairness column's in
+    ``<column> against best``."""
+    seeds = list(seeds)
+    better = {**COLUMNS, "metric": task.better}
+    worst = {c: (-math.inf if b == "higher" else math.inf) for c, b in better.items()}
+
+    def values(method, column):
+        s = table.loc[method, column] if method in table.index.get_level_values(0) else pd.Series(dtype=float)
+        return [float(s.get(seed, math.nan)) if np.isfinite(s.get(seed, math.nan)) else worst[column]
+                for seed in seeds]
+
+    def order(column):
+        sign = 1 if better[column] == "higher" else -1
+        return sorted(methods, key=lambda m: (-sign * _mean(values(m, column)), m))
+
+    methods = list(dict.fromkeys(table.index.get_level_values(0)))
+    words = {"reproduces": "worse", "tie": "tie", "does not reproduce": "better"}
+    rows = {m: {"method": m, "n": len(seeds), "diverged": int((table.loc[m].status != "ok").sum())} for m in methods}
+    for column in better:
+        ranked = order(column)
+        for m in ranked:
+            row, key = rows[m], "against best" if column == "metric" else f"{column} against best"
+            mean, low, high = _interval(values(m, column))
+            row.update({column: mean, f"{column} low": low, f"{column} high": high})
+            if m == ranked[0]:
+                row[key] = "best"
+                continue
+            e = paired(task.name, f"{ranked[0]} vs {m}", column, better[column], values(ranked[0], column),
+                       values(m, column), seeds)
+            row[key] = words[e.word()]
+            if column == "metric":
+                s = e.stats()
+                row.update({"difference": s["effect"], "difference low": s["low"], "difference high": s["high"]})
+    for m in methods:
+        reached = table.loc[m]["rounds to target"].dropna() if "rounds to target" in table else pd.Series([])
+        rows[m].update({"reached": len(reached), "rounds to target": float(reached.mean()) if len(reached) else
+                        math.nan, "upload KB": float(table.loc[m]["upload KB"].max()) if "upload KB" in table
+                        else math.nan})
+    out = pd.DataFrame([rows[m] for m in order("metric")])
+    out.insert(0, "rank", range(1, len(out) + 1))
+    return out
+
+
+def _mean(v: list[float]) -> float:
+    return sum(v) / len(v) if all(math.isfinite(x) for x in v) else (-math.inf if min(v) < 0 else math.inf)
+
+
+def _interval(v: list[float]) -> tuple[float, float, float]:
+    if not all(math.isfinite(x) for x in v):
+        m = _mean(v)
+        return m, m, m
+    mean, low, high, _ = t_interval(v)
+    return mean, low, high
+
+
+@dataclass
+class Outcome:
+    """One task's arena: the tuned settings, the per-seed table, the ranking and the diverged runs."""
+
+    task: ArenaTask
+    tuned: dict
+    table: pd.DataFrame
+    ranking: pd.DataFrame
+    diverged: list[dict]
+    runs: int
+
+    def ties(self) -> list[str]:
+        """The methods that cannot be told apart from the best (the best first)."""
+        r = self.ranking
+        return list(r[r["against best"].isin(["best", "tie"])].method)
+
+    def sentence(self) -> str:
+        """One line in words: who leads, who ties with it, on how many seeds."""
+        ties = self.ties()
+        n = int(self.ranking.n.iloc[0])
+        if len(ties) == 1:
+            return f"{self.task.name}: {ties[0]} is best and every other method is worse on {n} paired seeds."
+        return (f"{self.task.name}: {ties[0]} has the best mean, but {', '.join(ties[1:])} cannot be told apart "
+                f"from it on {n} paired seeds (tie).")
+
+    def to_dict(self) -> dict:
+        """What the summary stores (plain JSON: the ranking's rows and the tuned settings with their sources)."""
+        rank = self.ranking.replace({math.inf: None, -math.inf: None}).astype(object)
+        rank = rank.where(pd.notna(rank), None)
+        return {"task": asdict(self.task), "ranking": rank.to_dict("records"), "ties": self.ties(),
+                "sentence": self.sentence(), "diverged": self.diverged, "runs": self.runs,
+                "tuned": {m: {"value": t.setting, "default": t.default, "grid": t.grid, "at_edge": t.at_edge,
+                              "score": t.score, "default_score": t.default_score, "source": "tuned"}
+                          for m, t in self.tuned.items()}}
+
+
+def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int | None = None,
+              refresh: bool = False) -> dict[str, Outcome]:
+    """Tune and evaluate ``methods`` on each of ``tasks`` (names of :data:`TASKS` and :data:`METHODS`)."""
+    tasks, methods = check_names(tasks, methods)
+    out = {}
+    for name in tasks:
+        task = TASKS[name]
+        sign = 1.0 if task.better == "higher" else -1.0
+        tuned = tune(specs(task, methods, plan), list(plan.tune_seeds),
+                     lambda frame, task=task, sign=sign: sign * mean_score(task.metric)(frame), results, jobs=jobs,
+                     refresh=refresh)
+        finals = [config(task, m, tuned[m].setting, seed, plan.rounds, plan) for m in methods for seed in plan.seeds]
+        frame = sweep(finals, results, jobs=jobs, refresh=refresh)
+        table = per_seed(frame, task, plan)
+        diverged = [{"label": f"{name}: {m}", "seed": int(s), "round": None, "role": "evaluation"}
+                    for (m, s), st in table.status.items() if st != "ok"]
+        diverged += [dict(d, label=f"{name}: {d['label']}") for t in tuned.values() for d in t.diverged]
+        runs = sum(len(t.scores) for t in tuned.values()) + len(finals)
+        out[name] = Outcome(task, tuned, table, ranking(table, task, plan.seeds), diverged, runs)
+    return out
+
+
+def plot(outcomes: dict[str, Outcome], column: str = "metric"):
+    """One panel per task: every method's mean ``column`` with its 95% interval, ranked by the metric. Green and
+    filled: the best or a tie with it (paired seeds); grey and hollow: significantly worse; the papers' methods in
+    bold. The best's interval is shaded."""
+    import matplotlib.pyplot as plt
+
+    from .plots import OKABE_ITO, is_paper_method
+
+    tied, worse = OKABE_ITO["green"], OKABE_ITO["grey"]
+    fig, axes = plt.subplots(1, len(outcomes), figsize=(4.6 * len(outcomes), 0.32 * max(
+        len(o.ranking) for o in outcomes.values()) + 1.6), squeeze=False)
+    for ax, o in zip(axes[0], outcomes.values()):
+        key = "against best" if column == "metric" else f"{column} against best"
+        sign = 1 if (o.task.better if column == "metric" else COLUMNS[column]) == "higher" else -1
+        r = o.ranking.assign(_key=sign * o.ranking[column]).sort_values(["_key", "method"], ascending=[True, False])
+        r = r.reset_index(drop=True)  # the column's best last: at the top
+        for y, row in r.iterrows():
+            mean, low, high = row[column], row[f"{column} low"], row[f"{column} high"]
+            if not math.isfinite(mean):
+                ax.annotate("diverged", (0.02, y), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+                continue
+            filled = row[key] in ("best", "tie")
+            colour = tied if filled else worse
+            ax.plot([low, high], [y, y], color=colour, lw=2.2)
+            ax.plot(mean, y, "o", ms=7, color=colour, mfc=colour if filled else "white", mew=1.6)
+        best = r.iloc[-1]
+        if math.isfinite(best[f"{column} low"]):
+            ax.axvspan(best[f"{column} low"], best[f"{column} high"], color=tied, alpha=0.12, lw=0)
+        ax.set_yticks(range(len(r)), [f"{m} ({w})" for m, w in zip(r.method, r[key])], fontsize=9)
+        for tick, m in zip(ax.get_yticklabels(), r.method):
+            tick.set_fontweight("bold" if is_paper_method(m) else "normal")
+        label = o.task.metric.replace("_", " ") if column == "metric" else column
+        ax.set(xlabel=f"{label} ({o.task.better} is better)" if column == "metric" else label,
+               title=f"{o.task.description}\n({int(o.ranking.n.iloc[0])} seeds, 95% t intervals; filled: a tie "
+                     "with the best)")
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def markdown(summary: dict) -> list[str]:
+    """The report's arena section from a stored summary (``checks['arena']``): per task its sentence and a ranked
+    table with intervals, then where every hyperparameter came from."""
+    lines = ["## The arena: every method on the same tasks", "",
+             "Not a claim of any paper: every engine algorithm tuned by one protocol with one budget "
+             "(`notebooks/92_arena.ipynb`, `fedcompanion.arena`). Means over the evaluation seeds with 95% t "
+             "intervals; *tie*: the paired difference with the best has an interval containing 0.", "",
+             "![The arena's ranking](figures/arena_ranking.png)", "",
+             "![The worst 10% of clients in the arena](figures/arena_fairness.png)", ""]
+    for o in summary.values():
+        task = o["task"]
+        lines += [f"### {task['description']}", "", f"* {o['sentence']}",
+                  f"* {o['runs']} runs, {len(o['diverged'])} diverged.", "",
+                  f"| rank | method | {task['metric']} | against best | rounds to {task['target']:g} | "
+                  "upload KB / client-round | client acc. std | worst-10% acc. | tuned |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in o["ranking"]:
+            tuned = o["tuned"][r["method"]]
+            setting = ", ".join(f"{k} {v:g}" for k, v in tuned["value"].items())
+            lines.append(f"| {r['rank']} | {r['method']} | {_cell(r, 'metric')} | {r['against best']} | "
+                         f"{_num(r['rounds to target'])} ({r['reached']}/{r['n']}) | {_num(r['upload KB'])} | "
+                         f"{_cell(r, 'client accuracy std')} | {_cell(r, 'worst-10% accuracy')} | {setting} |")
+        lines.append("")
+    return lines
+
+
+def _num(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.4g}"
+
+
+def _cell(row: dict, column: str) -> str:
+    mean, low, high = row[column], row[f"{column} low"], row[f"{column} high"]
+    if mean is None:
+        return "diverged"
+    return f"{mean:.4f} [{low:.4f}, {high:.4f}]"

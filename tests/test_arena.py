@@ -1,0 +1,121 @@
+"""The arena: its ranking and tie rule on hand-made per-seed tables, its per-seed metrics on a hand-made history,
+one protocol for every method, a small end-to-end run, the command line and its place in `make reproduce`."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedcompanion import arena, cli
+from fedcompanion.reproduce import ROOT, selected
+from fedcompanion.validation import ConfigError
+
+SEEDS = [0, 1, 2, 3, 4]
+ACC = arena.TASKS["mnist-dirichlet"]
+LOSS = arena.TASKS["qsar"]
+
+
+def table(values: dict[str, list[float]]) -> pd.DataFrame:
+    """A per-seed table as :func:`arena.per_seed` makes it (NaN: the run diverged)."""
+    rows = [{"method": m, "seed": s, "status": "ok" if np.isfinite(v) else "diverged", "metric": v,
+             "rounds to target": np.nan, "upload KB": 1.0, "client accuracy std": 0.1, "worst-10% accuracy": 0.5}
+            for m, vs in values.items() for s, v in zip(SEEDS, vs)]
+    return pd.DataFrame(rows).set_index(["method", "seed"])
+
+
+def test_ranking_names_the_best_its_ties_and_the_worse():
+    t = table({"A": [0.90, 0.91, 0.92, 0.90, 0.91],   # best mean
+               "B": [0.91, 0.90, 0.91, 0.91, 0.90],   # differences +-0.01 around 0.002: a tie
+               "C": [0.80, 0.81, 0.80, 0.82, 0.81]})  # 0.1 below on every seed: worse
+    r = arena.ranking(t, ACC, SEEDS).set_index("method")
+    assert list(r.index) == ["A", "B", "C"]
+    assert list(r["against best"]) == ["best", "tie", "worse"]
+    d = np.array([0.90, 0.91, 0.92, 0.90, 0.91]) - np.array([0.80, 0.81, 0.80, 0.82, 0.81])
+    assert r.loc["C", "difference"] == pytest.approx(d.mean())
+    half = 2.7764451051977987 * d.std(ddof=1) / math.sqrt(5)  # t_{0.975, 4}
+    assert r.loc["C", "difference low"] == pytest.approx(d.mean() - half)
+    mean, low, high = r.loc["A", ["metric", "metric low", "metric high"]]
+    assert mean == pytest.approx(0.908) and low < mean < high
+
+
+def test_lower_is_better_reverses_the_order_and_the_words():
+    t = table({"A": [0.30, 0.31, 0.30, 0.32, 0.31], "C": [0.20, 0.21, 0.20, 0.22, 0.21]})
+    assert list(arena.ranking(t, ACC, SEEDS).method) == ["A", "C"]
+    r = arena.ranking(t, LOSS, SEEDS)
+    assert list(r.method) == ["C", "A"] and list(r["against best"]) == ["best", "worse"]
+
+
+def test_a_diverged_seed_counts_as_the_worst_value():
+    t = table({"A": [0.90, 0.91, 0.92, 0.90, np.nan], "B": [0.80, 0.81, 0.80, 0.82, 0.81]})
+    r = arena.ranking(t, ACC, SEEDS).set_index("method")
+    assert list(r.index) == ["B", "A"]
+    assert r.loc["A", "diverged"] == 1 and r.loc["A", "metric"] == -math.inf
+    assert r.loc["A", "against best"] == "worse"  # the best's seed 4 against -inf
+
+
+def test_per_seed_reads_the_last_round_the_target_and_the_upload():
+    rows = []
+    for r, acc, floats in ((0, 0.1, 0), (5, 0.86, 5000), (10, 0.9, 10000)):
+        for metric, value in (("test_accuracy", acc), ("uploaded_floats", floats), ("client_accuracy_std", 0.2),
+                              ("client_accuracy_worst10", 0.4), ("test_loss", 1.0)):
+            rows.append({"label": "A", "seed": 0, "status": "ok", "round": r, "client": -1, "metric": metric,
+                         "value": value})
+    rows.append({"label": "B", "seed": 0, "status": "diverged", "round": 0, "client": -1, "metric": "test_accuracy",
+                 "value": 0.1})
+    plan = arena.Plan(clients_per_round=10)
+    t = arena.per_seed(pd.DataFrame(rows), ACC, plan)
+    a = t.loc[("A", 0)]
+    assert a["metric"] == 0.9 and a["rounds to target"] == 5.0  # target 0.85 first reached at round 5
+    assert a["upload KB"] == pytest.approx(10000 * 4 / 1e3 / (10 * 10))  # float32 floats per client and round
+    assert t.loc[("B", 0), "status"] == "diverged" and np.isnan(t.loc[("B", 0), "metric"])
+
+
+def test_every_method_gets_the_same_grid_shape_seeds_and_local_work():
+    plan = arena.Plan()
+    specs = arena.specs(ACC, list(arena.METHODS), plan)
+    assert {tuple(len(v) for v in s.grid.values()) for s in specs.values()} == {(3, 3)}
+    for m, s in specs.items():
+        assert all(s.default[k] in s.grid[k] for k in s.grid), m
+        widths = {k: math.log10(v[-1] / v[0]) for k, v in s.grid.items()}
+        assert all(w == pytest.approx(1.0, abs=0.01) for w in widths.values()), (m, widths)
+        c = s.make(s.default, 100)
+        assert (c.local, c.clients_per_round, c.task_args, c.seed) == (
+            {"steps": 10, "batch_size": 32}, 10, ACC.task_args, 100)
+
+
+def test_bad_names_and_seeds_are_refused_by_name():
+    with pytest.raises(ConfigError, match="unknown arena task 'cifar'"):
+        arena.check_names(["cifar"], ["FedAvg"])
+    with pytest.raises(ConfigError, match="unknown arena algorithm 'FedSGD'"):
+        arena.check_names(["qsar"], ["FedAvg", "FedSGD"])
+    with pytest.raises(ConfigError, match="disjoint"):
+        arena.Plan(seeds=(0, 1), tune_seeds=(1, 2))
+
+
+def test_a_small_arena_end_to_end_is_plain_json_and_a_report_section(tmp_path):
+    plan = arena.Plan(rounds=2, tune_rounds=1, seeds=(0, 1), eval_every=1)
+    out = arena.run_arena(["qsar"], ["FedAvg", "FedProx"], plan, tmp_path, jobs=1)
+    o = out["qsar"]
+    assert list(o.ranking.method) != [] and set(o.ranking.method) == {"FedAvg", "FedProx"}
+    assert all(len(t.scores) >= 9 * 2 for t in o.tuned.values())  # 3 x 3 grids on 2 tuning seeds (+ extensions)
+    assert o.runs == sum(len(t.scores) for t in o.tuned.values()) + 2 * 2
+    stored = json.loads(json.dumps(o.to_dict()))
+    assert stored["ties"][0] == o.ranking.method.iloc[0] and stored["sentence"].startswith("qsar: ")
+    text = "\n".join(arena.markdown({"qsar": stored}))
+    assert "| 1 | " + o.ranking.method.iloc[0] in text and "test_loss" in text
+    again = arena.run_arena(["qsar"], ["FedAvg", "FedProx"], plan, tmp_path, jobs=1)["qsar"]  # from the cache
+    pd.testing.assert_frame_equal(again.ranking, o.ranking)
+
+
+def test_the_command_line_names_a_bad_task(capsys):
+    assert cli.main(["arena", "--tasks", "nope"]) == 2
+    assert "unknown arena task 'nope'" in capsys.readouterr().err
+
+
+def test_make_reproduce_leaves_the_arena_to_its_own_target():
+    paper = [p.stem for p in selected("", "paper")]
+    assert "92_arena" not in paper and "00_tour" in paper
+    assert [p.stem for p in selected("92_arena", "paper")] == ["92_arena"]
+    assert "92_arena" in [p.stem for p in selected("", "smoke")]
+    assert "arena:" in (ROOT / "Makefile").read_text() and "--only 92_arena" in (ROOT / "Makefile").read_text()

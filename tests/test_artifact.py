@@ -127,3 +127,19 @@ def test_wall_times_are_recorded_only_from_an_empty_cache(tmp_path):
     (tmp_path / "0123456789abcdef.json").write_text("{}")
     assert not from_empty_cache(tmp_path)
     assert not from_empty_cache(RESULTS), "the committed results are a warm cache: a re-run keeps their timings"
+
+
+def test_the_report_lists_the_platform_that_computed_each_run(tmp_path):
+    """Issue 28's newcomer item: a reproduction that reads runs computed elsewhere says so (per-run provenance)."""
+    from fedcompanion.report import provenance
+
+    def run(name, cpu, torch_version):
+        platform = {"cpu": cpu, "cpu_capability": "AVX512", "blas": "MKL 2024.2", "torch": torch_version}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"platform": platform}))
+
+    run("a", "GenuineIntel cpu family 6 model 167", "2.14.1")
+    run("b", "GenuineIntel cpu family 6 model 167", "2.14.1")
+    run("c", "AuthenticAMD cpu family 25 model 17", "2.14.1")
+    assert provenance(tmp_path) == {("GenuineIntel cpu family 6 model 167", "AVX512, MKL 2024.2", "2.14.1"): 2,
+                                    ("AuthenticAMD cpu family 25 model 17", "AVX512, MKL 2024.2", "2.14.1"): 1}
+    assert "## Where the runs were computed" in (ROOT / "REPRODUCTION.md").read_text()

@@ -220,3 +220,54 @@ def test_two_block_refuses_an_inner_algorithm_that_probes(inner):
     """With adafedadam it failed in round 0; with qfedavg it reported ok while the centroids never moved."""
     with pytest.raises(fc.ConfigError, match=f"inner algorithm cannot be '{inner}'"):
         fc.make("two_block", inner=inner)
+
+
+class _TupleOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.lin(x), x
+
+
+def _frozen():
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    net[0].weight.requires_grad_(False)
+    return net
+
+
+def _integer():
+    net = torch.nn.Linear(3, 2)
+    net.extra = torch.nn.Parameter(torch.zeros(2, dtype=torch.long), requires_grad=False)
+    return net
+
+
+@pytest.mark.parametrize("model, message", [
+    (lambda: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 2)),
+     r"layer '1' \(Dropout, p=0.5\) is random"),
+    (lambda: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)),
+     r"layer '1' \(BatchNorm1d\) normalises by batch statistics"),
+    (_frozen, r"parameter '0.weight' is frozen"),
+    (_integer, r"parameter 'extra' is torch.int64"),
+    (lambda: torch.nn.Flatten(), "the model has no parameters"),
+    (_TupleOut, "the model returns tuple; it must return one tensor"),
+])
+def test_models_the_engines_cannot_run_purely_are_refused_at_task_building(model, message):
+    """Issue 28 cause 7 and its weak cases: a Dropout model gave two histories for one seed and kept dropping in
+    evaluation; BatchNorm, frozen or integer parameters, no parameters and tuple outputs crashed deep in torch."""
+    rng = np.random.default_rng(0)
+    clients = [(rng.standard_normal((5, 3)).astype(np.float32), rng.integers(0, 2, 5)) for _ in range(2)]
+    with pytest.raises(fc.ConfigError, match=message):
+        fc.tasks.from_client_arrays("user", clients, model(), "cross_entropy")
+
+
+def test_dropout_at_zero_and_layer_normalisation_are_accepted():
+    rng = np.random.default_rng(0)
+    clients = [(rng.standard_normal((5, 3)).astype(np.float32), rng.integers(0, 2, 5)) for _ in range(2)]
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Dropout(0.0),
+                              torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
+    task = fc.tasks.from_client_arrays("user", clients, net, "cross_entropy")
+    a = fc.run(task, fc.make("fedavg"), 2, None, 0, lr=0.1)
+    b = fc.run(task, fc.make("fedavg"), 2, None, 0, lr=0.1)
+    assert a.history.equals(b.history)

@@ -79,3 +79,37 @@ def make_model(name: str, in_features: int, num_classes: int, **kwargs) -> nn.Mo
     if name == "cnn":
         return mnist_cnn(num_classes)
     return cifar_cnn(num_classes)
+
+
+RANDOM_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def check_model(model: nn.Module, what: str) -> None:
+    """Refuse, naming the layer, a model the engines cannot run as a pure function of one flat parameter vector:
+    no parameters, integer or frozen ones, random layers (they draw from torch's global generator, so a seed would
+    not repeat a run, and would stay active in evaluation), batch normalisation (a sample's output depends on its
+    batch, so an update depends on the batching and an evaluation on its chunk size) and layers with running
+    statistics (buffers the engines do not keep per client). Dropout at p = 0, LayerNorm, GroupNorm and
+    InstanceNorm without running statistics are fine."""
+    from .validation import ConfigError
+
+    params = list(model.named_parameters())
+    if not params:
+        raise ConfigError(f"{what}: the model has no parameters to train")
+    for name, p in params:
+        if not p.is_floating_point():
+            raise ConfigError(f"{what}: parameter {name!r} is {p.dtype}; every parameter must be floating point")
+        if not p.requires_grad:
+            raise ConfigError(f"{what}: parameter {name!r} is frozen (requires_grad=False); the engines train every "
+                              "parameter: keep a fixed tensor as a buffer (register_buffer) instead")
+    for name, layer in model.named_modules():
+        if isinstance(layer, RANDOM_LAYERS) and layer.p > 0:
+            raise ConfigError(f"{what}: layer {name!r} ({type(layer).__name__}, p={layer.p}) is random: it would "
+                              "draw from torch's global generator (a seed would not repeat the run) and stay active "
+                              "in evaluation; remove it or set p=0")
+        if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+            raise ConfigError(f"{what}: layer {name!r} ({type(layer).__name__}) normalises by batch statistics: a "
+                              "client's update would depend on its batching; use LayerNorm or GroupNorm")
+        if isinstance(layer, nn.modules.instancenorm._InstanceNorm) and layer.track_running_stats:
+            raise ConfigError(f"{what}: layer {name!r} ({type(layer).__name__}) keeps running statistics, which "
+                              "the engines do not keep per client; use track_running_stats=False")

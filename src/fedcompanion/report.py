@@ -246,6 +246,16 @@ def write_forest(summaries: list[Summary], folder: Path) -> list[Path]:
     return paths
 
 
+def provenance(results_dir: str | Path) -> dict[tuple[str, str, str], int]:
+    """How many cached runs each numerical platform computed: (CPU, kernels and BLAS, torch) -> runs."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for path in sorted(Path(results_dir).glob("*.json")):
+        p = json.loads(path.read_text()).get("platform") or {}
+        key = (p.get("cpu", "?"), f"{p.get('cpu_capability', '?')}, {p.get('blas', '?')}", p.get("torch", "?"))
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def read_history(results_dir: str | Path) -> dict:
     """``_history.json``: earlier verdict words by claim id (``{"from": ..., "claims": {id: {"previous": word,
     "why": sentence}}}``): what the report's history section sets beside the current words."""
@@ -324,6 +334,11 @@ def render(results_dir: str | Path = "results") -> str:
                   "", "| claim | before | now | what changed |", "|---|---|---|---|"]
         lines += [f"| `{k}` | {v['previous']} | **{now[k]}** | {_escape(v.get('why', ''))} |"
                   for k, v in changed.items()]
+    lines += ["", "## Where the runs were computed", "", "Each run stores the numerical platform that computed it "
+              "(float32's last bits depend on it); the wall times below are those of the last reproduction from an "
+              "empty cache, on the machine named at the top.", "", "| runs | CPU | kernels, BLAS | torch |",
+              "|---|---|---|---|"]
+    lines += [f"| {n} | {cpu} | {kernels} | {torch} |" for (cpu, kernels, torch), n in provenance(results_dir).items()]
     lines += ["", "## Time per notebook", "", "| notebook | runs in the cache | wall time (s) |", "|---|---|---|"]
     for s in summaries:
         seconds = timings.get("notebooks", {}).get(s.notebook)

@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if parallel > 1:  # several at a time: longest first; one at a time: reading order
         todo = longest_first(todo, read_timings(results).get("notebooks", {}))
     cold = from_empty_cache(results)  # wall times are recorded only for a reproduction from an empty cache
+    before = set(results.glob("*.json"))
     threads = kernel_threads(parallel, os.cpu_count() or 1)
     jobs = sweep_jobs(parallel, os.cpu_count() or 1)
     start, failed = time.time(), []
@@ -213,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         report = write_report(results, ROOT / "REPRODUCTION.md", ROOT / "README.md")
     else:
         report = write_report(results, ROOT / "build" / "REPRODUCTION-smoke.md", readme=None)
+    computed = len(set(results.glob("*.json")) - before)
+    print(f"{computed} run(s) computed here; {len(before)} were already in {results.relative_to(ROOT)} (read from the "
+          "cache where a notebook needed them, and listed by the platform that computed them in the report)")
     left = [f"{k} ({v})" for k, v in OWN_TARGET.items() if not any(nb.stem.startswith(k) for nb in todo)]
     if left and not args.only:
         print(f"not executed here, each with its own target: {', '.join(left)}")

@@ -8,9 +8,10 @@ uses.
 * :mod:`.sweep`: the configs not yet cached, run in worker processes;
 * :mod:`.analysis`: timings, last-round summaries and paired evidence from per-seed tables;
 * :mod:`.tuning`: the one tuning protocol (log grids of equal width, disjoint tuning seeds, edges extended);
-* :mod:`.named_metrics`: extra metrics by name.
+* :mod:`.named_metrics`: extra metrics by name (:mod:`.stationarity` adds ``gradient_norm_sq``).
 """
 from ..tasks import PARTITIONED_TASKS, TASKS, register_task
+from . import stationarity  # noqa: F401  (registers gradient_norm_sq)
 from .analysis import per_seed_evidence, summarize, timings
 from .cache import CacheMiss, is_cached, load_params, load_result, read_history, store
 from .config import ExperimentConfig, config_columns

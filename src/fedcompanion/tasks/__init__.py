@@ -1,0 +1,20 @@
+"""Tasks: a model, a loss and per-client data (:mod:`.core`: :class:`Task`, :func:`from_client_arrays`), and the
+tasks built by name (:mod:`.builders`: :data:`TASKS`, :func:`register_task`)."""
+from .builders import (
+    PARTITIONED_TASKS,
+    QSAR_SETTINGS,
+    TASKS,
+    clustering_task,
+    federated_dataset_task,
+    least_squares_task,
+    qsar_logistic_task,
+    register_task,
+    synthetic_task,
+)
+from .core import ClientSplit, Task, from_client_arrays, linear_design, task_digest
+
+__all__ = [
+    "PARTITIONED_TASKS", "QSAR_SETTINGS", "TASKS", "ClientSplit", "Task", "clustering_task", "federated_dataset_task",
+    "from_client_arrays", "least_squares_task", "linear_design", "qsar_logistic_task", "register_task",
+    "synthetic_task", "task_digest",
+]

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 project = "fedcompanion"
 author = "The fedcompanion authors"
-release = "0.2.0"
+release = __import__("importlib.metadata").metadata.version("fedcompanion")  # pyproject.toml's
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax", "sphinx.ext.viewcode",
               "sphinx-mathjax-offline"]
 myst_enable_extensions = ["dollarmath", "amsmath", "deflist"]

@@ -73,6 +73,22 @@ def test_readme_bibtex_matches_the_citation_file():
     assert fields["year"] == str(cff["date-released"])[:4] and fields["license"] == cff["license"]
 
 
+def test_one_version_everywhere():
+    """pyproject.toml holds the version; the package reads it (importlib.metadata), the citation and the Flower app
+    repeat it (a release bumps all three, and this test names the one left behind)."""
+    import tomllib
+
+    import yaml
+
+    import fedcompanion
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert fedcompanion.__version__ == version
+    assert str(yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"]) == version, "CITATION.cff"
+    app = tomllib.loads((ROOT / "examples" / "flower" / "pyproject.toml").read_text())["project"]["version"]
+    assert app == version, "examples/flower/pyproject.toml"
+
+
 def test_citation_file_is_valid_cff():
     import jsonschema
     import yaml

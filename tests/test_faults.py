@@ -271,3 +271,16 @@ def test_dropout_at_zero_and_layer_normalisation_are_accepted():
     a = fc.run(task, fc.make("fedavg"), 2, None, 0, lr=0.1)
     b = fc.run(task, fc.make("fedavg"), 2, None, 0, lr=0.1)
     assert a.history.equals(b.history)
+
+
+def test_a_partial_run_is_never_stored_as_its_configs_run(tmp_path, lsq_sized):
+    """Issue 28 cause 10: a Flower run that lost a client was cached under its config's key as a full, ok run."""
+    from fedcompanion.experiments import ExperimentConfig, is_cached, store
+
+    config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=4), algorithm="fedavg",
+                              rounds=1, lr=0.1, local=dict(steps=1, batch_size=None))
+    result = fc.run(lsq_sized, fc.make("fedavg"), 1, None, 0, lr=0.1)
+    result.status = "partial"
+    with pytest.raises(ValueError, match="status 'partial' is not what its config describes"):
+        store(config, result, tmp_path)
+    assert not is_cached(config, tmp_path) and not list(tmp_path.glob("*"))

@@ -1,11 +1,8 @@
 """fedcompanion's algorithms on Flower: a simulation and a real (loopback) deployment reproduce the in-process
 run; what crosses the wire is what the algorithm uploads; a lost SuperNode never hangs the run."""
-import contextlib
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,8 +14,9 @@ import torch
 pytest.importorskip("flwr")
 
 from fedcompanion.experiments import ExperimentConfig, load_result, run_config  # noqa: E402
-from fedcompanion.flower import run_config_of, simulate  # noqa: E402
+from fedcompanion.flower import simulate  # noqa: E402
 from fedcompanion.flower.core import client_step  # noqa: E402
+from fedcompanion.flower.loopback import Federation  # noqa: E402
 
 pytestmark = pytest.mark.flower
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,82 +106,20 @@ def test_replies_are_matched_to_their_messages_not_to_their_senders():
     assert replies[0].error is None and replies[1].error == "missed its heartbeats"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Federation:
-    """A SuperLink and SuperNodes on 127.0.0.1, each in its own process group, always torn down."""
-
-    def __init__(self, folder: Path, nodes: int):
-        self.folder, self.nodes, self.groups = folder, nodes, {}
-        self.port = _free_port()
-        self.env = dict(os.environ, FLWR_HOME=str(folder / "flwr"), PATH=f"{BIN}:{os.environ['PATH']}")
-        (folder / "flwr").mkdir()
-        (folder / "flwr" / "config.toml").write_text(
-            f'[superlink]\ndefault = "loopback"\n[superlink.loopback]\naddress = "127.0.0.1:{self.port}"\n'
-            "insecure = true\n")
-
-    def _start(self, name, args):
-        log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115  (closed with the process)
-        self.groups[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                             start_new_session=True)
-
-    def __enter__(self):
-        self._start("superlink", [BIN / "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
-                                  str(self.port), "--disable-runtime-dependency-installation"])
-        self.wait_for("superlink", "Starting Flower SuperExec")
-        for i in range(self.nodes):
-            self._start(f"node{i}", [BIN / "flower-supernode", "--insecure", "--superlink",
-                                     f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(_free_port()),
-                                     "--node-config", f"partition-id={i} num-partitions={self.nodes}"])
-        return self
-
-    def wait_for(self, name, text, count=1, timeout=60.0):
-        deadline = time.monotonic() + timeout
-        while (self.folder / f"{name}.log").read_text().count(text) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} did not log {text!r} {count} times within {timeout} s")
-            time.sleep(0.2)
-
-    def kill(self, name):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.groups[name].pid, signal.SIGKILL)
-        self.groups[name].wait(timeout=10)
-
-    def kill_all(self):
-        for name in list(self.groups):
-            self.kill(name)
-
-    def __exit__(self, *exc):
-        self.kill_all()
-
-    def run(self, config, output: Path, round_timeout=60.0, timeout=150.0):
-        overrides = run_config_of(config, output=str(output), **{"round-timeout": round_timeout})
-        (self.folder / "run.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in overrides.items()))
-        return subprocess.Popen([BIN / "flwr", "run", str(ROOT / "examples" / "flower"), "loopback",
-                                 "--run-config", str(self.folder / "run.toml"), "--stream"],
-                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-
-    def wait_result(self, config, output: Path, runner: subprocess.Popen, timeout: float):
-        """The run's saved result, or an error carrying every log when the run ends without one or times out."""
-        deadline = time.monotonic() + timeout
-        while not (output / f"{config.hash()}.json").exists():
-            ended = runner.poll() is not None
-            if ended or time.monotonic() > deadline:
-                time.sleep(1.0)  # let a result written just now land
-                if (output / f"{config.hash()}.json").exists():
-                    break
-                self.kill_all()
-                logs = "\n".join(f"--- {path.name} (last lines)\n" + "\n".join(path.read_text().splitlines()[-40:])
-                                  for path in sorted(self.folder.glob("*.log")))
-                reason = f"flwr run exited with {runner.returncode}" if ended else f"no result within {timeout} s"
-                raise AssertionError(f"{reason}\n--- flwr run\n{runner.communicate()[0]}\n{logs}")
-            time.sleep(0.5)
-        return load_result(config, output)
+def wait_result(federation, config, output: Path, runner: subprocess.Popen, timeout: float):
+    """The run's saved result, or an error carrying every log when the run ends without one or times out."""
+    deadline = time.monotonic() + timeout
+    while not (output / f"{config.hash()}.json").exists():
+        ended = runner.poll() is not None
+        if ended or time.monotonic() > deadline:
+            time.sleep(1.0)  # let a result written just now land
+            if (output / f"{config.hash()}.json").exists():
+                break
+            federation.kill_all()
+            reason = f"flwr run exited with {runner.returncode}" if ended else f"no result within {timeout} s"
+            raise AssertionError(f"{reason}\n--- flwr run\n{runner.communicate()[0]}\n{federation.logs()}")
+        time.sleep(0.5)
+    return load_result(config, output)
 
 
 def _no_flower_processes_left(federation):
@@ -194,13 +130,14 @@ def _no_flower_processes_left(federation):
 def test_loopback_deployment_reproduces_the_in_process_run_and_survives_a_killed_node(tmp_path):
     """A SuperLink and two SuperNodes on 127.0.0.1: FedVRA for 3 rounds gives the in-process numbers; then, in a
     second run, SuperNode 1 is killed once it has received round 1: the server names it (by the round timeout or
-    the SuperLink's error reply) and finishes with the other client. Every process is torn down, whatever
-    happens."""
+    the SuperLink's error reply), finishes with the other client, calls the run partial and does not store it
+    (issue 28 cause 10: it used to be stored as the config's full run, status ok). Every process is torn down,
+    whatever happens."""
     config = _config("fedvra", clients=2, m=None, gamma=0.5)
     survivor = _config("fedavg", clients=2, m=None, rounds=3)
     with Federation(tmp_path, nodes=2) as federation:
         runner = federation.run(config, tmp_path / "out")
-        history, meta = federation.wait_result(config, tmp_path / "out", runner, timeout=300)
+        history, meta = wait_result(federation, config, tmp_path / "out", runner, timeout=300)
         runner.communicate(timeout=30)
         # Every message starts a ClientApp process (about 6 s of imports here), so the round timeout leaves room
         # for a slow machine; the dead node costs one timeout (or two missed heartbeats, whichever comes first).
@@ -208,12 +145,43 @@ def test_loopback_deployment_reproduces_the_in_process_run_and_survives_a_killed
         runner = federation.run(survivor, tmp_path / "out", round_timeout=ROUND_TIMEOUT)
         federation.wait_for("node1", "ROUND 1]", count=seen + 1, timeout=300)  # round 0 fully answered
         federation.kill("node1")
-        survived, survived_meta = federation.wait_result(survivor, tmp_path / "out", runner, timeout=400)
-        log, _ = runner.communicate(timeout=30)
+        log, _ = runner.communicate(timeout=400)
     _no_flower_processes_left(federation)
     reference = run_config(config)
     loss = history[(history.metric == "train_loss") & (history.client == -1)].value.tolist()
     assert meta["status"] == "ok" and loss == pytest.approx(reference.metric("train_loss").tolist(), rel=1e-9)
     assert re.search(rf"round 1: node \d+ \(client 1\) (did not answer within {ROUND_TIMEOUT:.0f} s|failed: )"
                      r".*; going on without it", log), log
-    assert survived_meta["status"] == "ok" and survived["round"].max() == 3
+    # the run finished with the other client, but it is not the config's run: partial, and never cached as one
+    assert "1 client(s) lost" in log and "the run is partial" in log and "not stored in" in log, log
+    assert not (tmp_path / "out" / f"{survivor.hash()}.json").exists()
+
+
+def _processes_on(port: int) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in out if f"127.0.0.1:{port}" in line or f"--port {port}" in line]
+
+
+def test_the_loopback_script_stores_a_run_and_fails_loudly_without_one(tmp_path):
+    """Issue 28 cause 13: `examples/flower/loopback.sh` deploys on 127.0.0.1 and exits 0 with the stored run; with
+    too few SuperNodes the ServerApp fails (flwr run itself exits 0 then) and the script exits 1, naming why; every
+    process it started is gone either way."""
+    config = _config("fedavg", clients=2, m=None, rounds=2)
+    (tmp_path / "run.json").write_text(json.dumps(config.__dict__))
+    script = [str(ROOT / "examples" / "flower" / "loopback.sh"), "--experiment", str(tmp_path / "run.json"),
+              "--round-timeout", "120"]
+    env = dict(os.environ, PYTHON=sys.executable)
+    ok = subprocess.run([*script, "--output", str(tmp_path / "out"), "--work", str(tmp_path / "ok")], env=env,
+                        capture_output=True, text=True, timeout=600)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    history, meta = load_result(config, tmp_path / "out")
+    assert meta["status"] == "ok" and history["round"].max() == 2
+    short = subprocess.run([*script, "--output", str(tmp_path / "none"), "--work", str(tmp_path / "short"),
+                            "--nodes", "1", "--connect-timeout", "5"], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert short.returncode == 1 and "ended without a stored result" in short.stderr, short.stdout + short.stderr
+    assert "only 1 of the task's 2 clients connected" in short.stdout + short.stderr
+    for work in ("ok", "short"):
+        port = int(re.search(r"127\.0\.0\.1:(\d+)", (tmp_path / work / "flwr" / "config.toml").read_text())[1])
+        assert not _processes_on(port), _processes_on(port)
+

@@ -60,3 +60,16 @@ def test_parameters_reads_the_notebooks_namespace_in_one_line():
         parameters({k: v for k, v in namespace.items() if k != "lr"}, SMOKE)
     with pytest.raises(ConfigError, match="'rounds' must be an int"):
         parameters(namespace | {"rounds": "10"}, SMOKE)
+
+
+def test_a_misspelled_papermill_parameter_is_named_not_ignored():
+    """Issue 28: `papermill -p rouns 10` used to run the defaults without a word."""
+    from fedcompanion.notebook import parameters
+
+    namespace = {"profile": "paper", "rounds": 5, "In": ["", "profile = 'paper'\nrounds = 5",
+                                                        "# Parameters\nrouns = 10\n", "import fedcompanion"]}
+    with pytest.raises(ConfigError, match=r"notebook parameter 'rouns' is not one of this notebook's parameters "
+                                          r"\['profile', 'rounds'\]"):
+        parameters(namespace, smoke=dict(rounds=1))
+    namespace["In"][2] = "# Parameters\nrounds = 5\nprofile = 'paper'\n"  # declared names pass
+    assert parameters(namespace, smoke=dict(rounds=1)).rounds == 5

@@ -7,6 +7,8 @@ Quick start::
     result = fc.run(task, fc.make("fedprox", mu=0.01), rounds=50, clients_per_round=10)
     result.metric("test_accuracy")
 """
+from importlib import metadata as _metadata
+
 from . import algorithms, data, engine, experiments, losses, metrics, notebook, protocol, tasks
 from .algorithms import make, register
 from .data.loaders import register_dataset
@@ -17,7 +19,7 @@ from .protocol import RunResult
 from .registry import registry
 from .validation import ConfigError
 
-__version__ = "0.2.0"
+__version__ = _metadata.version("fedcompanion")  # one source: pyproject.toml (CITATION.cff and the site follow it)
 __all__ = [
     "ConfigError", "LocalWork", "RunResult", "algorithms", "data", "engine", "experiments", "losses", "make",
     "metrics", "notebook", "protocol", "register", "register_dataset", "register_metric", "register_partition",

@@ -101,6 +101,7 @@ def configs_from(data, source: str = "the config file") -> list:
 
 
 def cmd_run(args) -> int:
+    """``fedcompanion run``: a YAML experiment or sweep, run (cached), then one line per run."""
     import yaml
 
     from .experiments import sweep
@@ -139,6 +140,7 @@ def _signature(fn, skip=()) -> str:
 
 
 def cmd_list(args) -> int:
+    """``fedcompanion list``: algorithms, tasks, partitioners, datasets and metrics with their keywords."""
     from .algorithms import REGISTRY, Algorithm
     from .data.loaders import LOADERS
     from .data.partition import PARTITIONS, partition_parameters
@@ -161,6 +163,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """``fedcompanion report``: REPRODUCTION.md (and README's claims table) from the summaries; exit 2 without any."""
     from .report import NoSummaries, write_report
 
     try:
@@ -173,6 +176,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_arena(args) -> int:
+    """``fedcompanion arena``: the selected methods on the selected tasks, tuned alike, ranked with ties."""
     from . import arena
 
     plan = arena.Plan(rounds=args.rounds, tune_rounds=args.tune_rounds, seeds=tuple(args.seeds),
@@ -197,6 +201,7 @@ def _root() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line's entry point; a ConfigError exits 2 with its message."""
     parser = argparse.ArgumentParser(prog="fedcompanion", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one experiment or a sweep from a YAML file")

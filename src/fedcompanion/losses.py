@@ -23,6 +23,7 @@ from .validation import ConfigError
 
 
 class Loss:
+    """A per-sample loss with what evaluation, validation and the convex solvers need of it (module docstring)."""
     name = "loss"
     labelled = False  # predicts labels, so accuracy means something
     linear = False  # has phi, phi', phi'' of a linear predictor (see module docstring)
@@ -30,15 +31,19 @@ class Loss:
     target_ndim = 1  # one target per row (clustering's are rows of assignments)
 
     def per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The training loss of each sample, [n]."""
         raise NotImplementedError
 
     def evaluate(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss that evaluation reports for each sample (the training loss by default)."""
         return self.per_sample(out, y)
 
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """1.0 where the prediction is right, 0.0 where not, NaN where the task has no labels."""
         return torch.full(out.shape[:1], float("nan"), dtype=out.dtype, device=out.device)
 
     def check_targets(self, y: torch.Tensor, where: str) -> None:
+        """Raise a ConfigError, naming ``where``, on targets this loss cannot use."""
         if y.ndim != self.target_ndim:
             shape = "[n]" if self.target_ndim == 1 else f"{self.target_ndim} dimensions"
             raise ConfigError(f"{where}: {self.name} needs one target per row, shape {shape}; got {tuple(y.shape)}")
@@ -49,16 +54,20 @@ class Loss:
         """Raise, naming the problem, if the model's outputs ``out`` (of some rows) cannot score targets ``y``."""
 
     def target_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype the targets are stored in for features of ``dtype``."""
         return dtype
 
     # ---- linear predictors only: phi(z, y), phi'(z, y), phi''(z, y) elementwise
     def phi(self, z, y):
+        """phi(z, y) of a linear predictor z = a^T x, elementwise."""
         raise NotImplementedError(f"{self.name} is not a loss of a linear predictor")
 
     def dphi(self, z, y):
+        """phi'(z, y), the first derivative in z."""
         raise NotImplementedError(f"{self.name} is not a loss of a linear predictor")
 
     def d2phi(self, z, y):
+        """phi''(z, y), the second derivative in z (at most ``curvature_bound``)."""
         raise NotImplementedError(f"{self.name} is not a loss of a linear predictor")
 
     def __repr__(self) -> str:
@@ -162,6 +171,7 @@ LOSSES: dict[str, Loss] = {loss.name: loss for loss in (CrossEntropy(), Logistic
 
 
 def get_loss(name: str) -> Loss:
+    """The loss named ``name``: cross_entropy, logistic, squared or cluster."""
     from .validation import check_choice
 
     return LOSSES[check_choice("loss", name, LOSSES)]

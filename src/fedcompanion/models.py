@@ -54,6 +54,7 @@ class Centroids(nn.Module):
         self.mu = nn.Parameter(torch.zeros(num_clusters, dim))
 
     def reset_parameters(self) -> None:
+        """Draw the centroids from N(0, 0.1^2)."""
         nn.init.normal_(self.mu, std=0.1)
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,30 @@ def parameters(namespace: dict, smoke: dict) -> SimpleNamespace:
     missing = sorted(name for name in ("profile", *smoke) if name not in namespace)
     if missing:
         raise ConfigError(f"the smoke profile names {missing}, which the notebook's parameters cell does not define")
+    unknown = sorted(undeclared(namespace.get("In", []), {"profile", *smoke}))
+    if unknown:  # papermill injects whatever it is given: a misspelled name would silently leave the default
+        raise ConfigError(f"notebook parameter {unknown[0]!r} is not one of this notebook's parameters "
+                          f"{sorted({'profile', *smoke})}")
     return resolve_parameters(namespace["profile"], smoke, **{name: namespace[name] for name in smoke})
+
+
+def undeclared(cells, declared: set[str]) -> set[str]:
+    """Names that papermill's injected cells among the executed ones (IPython's ``In``; papermill starts the cell it
+    injects with ``# Parameters``) assign at top level and that are not ``declared`` parameters."""
+    import ast
+
+    names = set()
+    for source in cells:
+        if not source.startswith("# Parameters"):
+            continue
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                names.add(node.targets[0].id)
+    return names - declared
 
 
 def _kind(value) -> str:

@@ -25,6 +25,7 @@ PAPER_METHODS = ("FedVRA", "AdaFedAdam", "CEADMM")  # the papers' own methods: e
 
 
 def is_paper_method(label) -> bool:
+    """Whether a label names one of the papers' own methods (drawn emphasised)."""
     return str(label).startswith(PAPER_METHODS)
 
 

@@ -57,10 +57,12 @@ class RoundInfo:
 
     @property
     def active_weights(self) -> torch.Tensor:
+        """w_i of the active clients, [K]."""
         return self.weights[self.clients]
 
     @property
     def active_probs(self) -> torch.Tensor:
+        """p_i^r of the active clients, [K]."""
         return self.probs[self.clients]
 
 
@@ -106,6 +108,7 @@ class LocalObjective:
         return cls(x, x, prox, linear, torch.ones_like(full), steps, full, **kwargs)
 
     def replace(self, **changes) -> LocalObjective:
+        """A copy with ``changes`` applied (the objective is frozen)."""
         return dataclasses.replace(self, **changes)
 
 
@@ -150,6 +153,7 @@ class State:
 
     @property
     def x(self) -> torch.Tensor:
+        """The global model."""
         return self.server.x
 
     def rows(self, name: str) -> torch.Tensor:
@@ -161,6 +165,7 @@ class State:
         return {name: values[i] for name, values in self.clients.items()}
 
     def active(self, clients: torch.Tensor) -> ActiveClients:
+        """The client state of the active clients (a view: nothing is copied)."""
         return ActiveClients(self.clients, clients.tolist())
 
     def updated(self, server, clients: torch.Tensor, new_values: Mapping[str, object]) -> State:
@@ -179,6 +184,7 @@ class ActiveClients(Mapping):
         self._clients, self._ids, self._stacked = clients, ids, {}
 
     def entries(self, name: str) -> list[torch.Tensor]:
+        """The active clients' entries ``name``, in their order."""
         return [self._clients[name][i] for i in self._ids]
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -305,4 +311,5 @@ class RunResult:
 
     @property
     def rounds_run(self) -> int:
+        """The last round the history records (fewer than asked if the run diverged)."""
         return int(self.history["round"].max())

@@ -48,6 +48,7 @@ class Registry(dict):
         return super().pop(name, *default)
 
     def update(self, *args, **kwargs) -> None:  # dict.update would bypass __setitem__
+        """Register every entry (through __setitem__, so each is checked)."""
         for name, entry in dict(*args, **kwargs).items():
             self[name] = entry
 

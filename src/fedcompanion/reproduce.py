@@ -142,6 +142,7 @@ def from_empty_cache(results: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m fedcompanion.reproduce``: execute the notebooks, record their times, write the report."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 

@@ -31,6 +31,7 @@ SMOKE_BANNER = (":::{warning}\nThis page was built from the **smoke profile** (`
 
 
 def executed_notebooks() -> Path | None:
+    """The folder of executed notebooks the site is built from (paper profile first, else smoke), or None."""
     for folder in (ROOT / "build" / "reproduce", ROOT / "build" / "executed"):
         if folder.exists() and any(folder.rglob("*.ipynb")):
             return folder
@@ -156,6 +157,7 @@ def assemble(source: Path, notebooks: Path | None = None, figures: Path = ROOT /
 
 def build(output: Path = ROOT / "build" / "html", notebooks: Path | None = None, figures: Path = ROOT / "figures",
           report: Path = ROOT / "REPRODUCTION.md", results: Path = ROOT / "results") -> Path:
+    """Build the site into ``output`` (warnings are errors) and return the path of its index page."""
     from sphinx.cmd.build import build_main
 
     source = assemble(ROOT / "build" / "site-src", notebooks, figures, report, results)
@@ -166,6 +168,7 @@ def build(output: Path = ROOT / "build" / "html", notebooks: Path | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m fedcompanion.site`` (``make html``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "html")
     args = parser.parse_args(argv)

@@ -101,6 +101,7 @@ class Evidence:
 
     @property
     def n(self) -> int:
+        """The number of seeds (0 for an identity or an untestable item)."""
         return len(self.values) if self.kind in ("paired", "against") else 0
 
     def stats(self) -> dict:
@@ -144,6 +145,7 @@ class Evidence:
         return "tie"
 
     def holds(self) -> bool:
+        """Whether this item supports the claim: it reproduces, or it ties where not worse suffices."""
         w = self.word()
         return w == "reproduces" or (self.holds_if == "not worse" and w == "tie")
 
@@ -201,10 +203,12 @@ def against(setting: str, question: str, metric: str, better: str, values, refer
 
 
 def identity(setting: str, question: str, deviation: float, tolerance: float) -> Evidence:
+    """An exact identity checked to a tolerance (|deviation| <= tolerance)."""
     return Evidence("identity", setting, question, values=(float(deviation),), tolerance=float(tolerance))
 
 
 def untestable(setting: str, question: str, reason: str) -> Evidence:
+    """A statement this machine cannot test, with the reason."""
     return Evidence("untestable", setting, question, reason=reason)
 
 
@@ -248,4 +252,5 @@ def explain(evidence: list[Evidence]) -> str:
 
 
 def from_dict(d: dict) -> Evidence:
+    """An Evidence from its stored dict (a summary's JSON)."""
     return Evidence(**d)

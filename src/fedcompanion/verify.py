@@ -93,6 +93,8 @@ def is_current(meta: dict) -> bool:
 
 
 def select(subset: str, stored: list[dict]) -> list[dict]:
+    """The stored runs of ``subset`` that the current code made (``smoke``: the first run matching each of its rules;
+    ``figures``: the figures' runs)."""
     current = [m for m in stored if is_current(m)]
     if subset == "figures":
         return _figure_subset(current)
@@ -211,6 +213,8 @@ def _print_comparison(table: pd.DataFrame, ours: Path, theirs: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m fedcompanion.verify``: recompute and compare, or compare two results folders; the exit status says
+    whether every run was vouched for."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subset", choices=[*SUBSETS, "figures"], default="smoke")
     parser.add_argument("--results", default=str(ROOT / "results"))

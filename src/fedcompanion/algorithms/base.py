@@ -51,9 +51,12 @@ class Algorithm:
         return State(self.init_server(task, x0), self.init_clients(task, x0))
 
     def init_server(self, task, x0: torch.Tensor):
+        """The server's state at the start of a run from the initial model x0 (default: x0 alone)."""
         return ServerState(x0.clone())
 
     def init_clients(self, task, x0: torch.Tensor) -> dict[str, tuple[torch.Tensor, ...]]:
+        """Each client's state at the start: name -> N entries (default: none). A dual or control variate starts as
+        ZeroRows, so an unsampled client costs nothing."""
         return {}
 
     # ------------------------------------------------------------------ one round
@@ -62,6 +65,8 @@ class Algorithm:
         return {"x": state.server.x}
 
     def local_objective(self, task, received: Messages, clients: ActiveClients, info: RoundInfo) -> LocalObjective:
+        """The round's local objective h_i(x) = s_i f_i(x) + <c_i, x> + (rho_i / 2)||x - z_i||^2 for the active clients,
+        with their step counts and step size."""
         raise NotImplementedError
 
     def client_update(self, task, received: Messages, clients: ActiveClients, info: RoundInfo,

@@ -93,6 +93,8 @@ class ClientBlocks:
 
     @classmethod
     def from_task(cls, task) -> ClientBlocks:
+        """The blocks of a convex task with a linear model: each client's design and targets padded to one [m, d, n]
+        block (raises for a non-linear model)."""
         from ..tasks import linear_design
 
         design, targets, _ = linear_design(task)  # raises for non-convex models
@@ -267,11 +269,14 @@ class ConsensusADMM:
         self.gram_r = check_number("gram_r", gram_r, low=0.0, low_open=True)
 
     def hyperparameters(self) -> dict:
+        """The constructor's arguments with their values (what a config records)."""
         import inspect
 
         return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
 
     def penalties(self, blocks: ClientBlocks, r: torch.Tensor) -> torch.Tensor:
+        """sigma_i for every client: w_i / gamma if gamma is given, else the given sigma, else the paper's default from
+        the Lipschitz constants r."""
         if self.gamma is not None:  # sigma_i = w_i / gamma (Algorithms 1, 2 and 4 of the paper)
             return blocks.weights / self.gamma
         if self.sigma is None:

@@ -39,6 +39,7 @@ class FedAvg(ServerOptimized):
         self.aggregation = check_choice("aggregation", aggregation, ("normalized", "unbiased"))
 
     def proximal_weight(self) -> float:
+        """rho of the local objective: 0 (FedProx: mu)."""
         return 0.0
 
     def local_objective(self, task, received, clients, info):

@@ -182,15 +182,20 @@ class ServerOptimized(Algorithm):
     ``server_optimizer()`` and ``pseudo_gradient(info, uploads)``."""
 
     def server_optimizer(self) -> ServerOptimizer:
+        """The server's optimiser, a pure init/update transform of the pseudo-gradient."""
         raise NotImplementedError
 
     def pseudo_gradient(self, info, uploads) -> torch.Tensor:
+        """g, the negated weighted mean of the active clients' deltas: the direction the server optimiser descends."""
         raise NotImplementedError
 
     def init_server(self, task, x0):
+        """The global model x0 and the server optimiser's initial state."""
         return OptimizedServer(x0.clone(), self.server_optimizer().init(x0))
 
     def server_update(self, server, info, uploads):
+        """One server step, x <- x + u with (u, opt) = optimiser.update(g, opt); a round with no active client leaves
+        the state as it is."""
         if len(info.clients) == 0:
             return server
         u, opt = self.server_optimizer().update(self.pseudo_gradient(info, uploads), server.opt)

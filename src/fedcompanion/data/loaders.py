@@ -40,6 +40,7 @@ class ArrayDataset:
         return len(self.y)
 
     def subset(self, index) -> ArrayDataset:
+        """The rows ``index`` as a new dataset (same number of classes)."""
         index = torch.as_tensor(np.asarray(index), dtype=torch.long)
         return ArrayDataset(self.x[index], self.y[index], self.num_classes)
 

@@ -191,6 +191,7 @@ class Recorder:
         return values["train_loss" if self.eval_train else "test_loss"]
 
     def result(self, x, status, diverged_round, wall_time) -> RunResult:
+        """The run's RunResult from what was recorded."""
         history = pd.DataFrame(self.rows, columns=["round", "client", "metric", "value"])
         timing = pd.DataFrame(self.timing, columns=["round", "compute_time"])
         return RunResult(history, x, status, diverged_round, wall_time, timing)

@@ -21,6 +21,7 @@ class Sampler:
         self.num_clients = check_number("num_clients", num_clients, low=1, integer=True)
 
     def sample(self, r: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Round r's active clients (sorted indices) and every client's inclusion probability p_i^r, [N]."""
         raise NotImplementedError
 
 

@@ -74,6 +74,7 @@ class LocalWork:
 
 
 def batch_size_for(n: int, batch_size: int | None) -> int:
+    """The mini-batch size a client with n rows uses: the whole data if batch_size is None, else at most n."""
     return n if batch_size is None else min(batch_size, n)
 
 

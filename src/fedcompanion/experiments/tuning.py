@@ -43,6 +43,7 @@ class Spec:
     source: str = "tuned"
 
     def settings(self) -> list[dict]:
+        """Every combination of the grid's values, as dicts."""
         names = list(self.grid)
         return [dict(zip(names, combo)) for combo in itertools.product(*(self.grid[n] for n in names))]
 

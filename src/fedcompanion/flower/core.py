@@ -32,6 +32,7 @@ def run_config_of(config: ExperimentConfig, **extra) -> dict:
 
 
 def config_from_run_config(run_config) -> ExperimentConfig:
+    """The ExperimentConfig carried by a Flower run config's ``experiment`` entry (validated)."""
     if "experiment" not in run_config:
         raise ConfigError("the Flower run config has no 'experiment' entry (the experiment's JSON)")
     return ExperimentConfig(**json.loads(run_config["experiment"])).validate()
@@ -156,9 +157,11 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
 
     A client that does not answer within ``round_timeout`` seconds (or answers with an error) is named in a
     warning and left out of that round and of later ones; the run goes on with the others, and stops with an
-    error naming the lost nodes once none is left. A round in which no client answers (or none was sampled)
-    leaves the server state as it is (in-process, an algorithm whose server step has terms without client sums,
-    such as FedVRA's -beta lambda, still takes them in a round that sampled nobody)."""
+    error naming the lost nodes once none is left. Such a run is not the config's run: its status is ``partial``,
+    its history counts the lost clients (``clients_lost``, at every evaluation) and it is never stored in a cache.
+    A round in which no client answers (or none was sampled) leaves the server state as it is (in-process, an
+    algorithm whose server step has terms without client sums, such as FedVRA's -beta lambda, still takes them in
+    a round that sampled nobody)."""
     config = config.validate()
     experiment = json.dumps(dataclasses.asdict(config))
     _, task, algorithm, local, x0 = _setup(experiment)
@@ -166,7 +169,8 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
     server = algorithm.init_server(task, x0)
     extra = {name: METRICS[name](task, config) for name in config.metrics}
     recorder = Recorder(task, extra, config.per_client_metrics, config.eval_train)
-    comm = {"uploaded_floats": 0, "downloaded_floats": 0, "uploaded_bytes": 0, "downloaded_bytes": 0}
+    comm = {"uploaded_floats": 0, "downloaded_floats": 0, "uploaded_bytes": 0, "downloaded_bytes": 0,
+            "clients_lost": 0}
     start, compute_time = time.perf_counter(), 0.0
     nodes = _partitions(grid, task.num_clients, connect_timeout, experiment, config.hash())
     lost: dict[int, str] = {}
@@ -197,6 +201,7 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
         for i in sorted(set(messages) & set(lost)):
             log.warning("round %d: %s; going on without it", r, lost[i])
         comm["downloaded_bytes"] += sum(message_bytes(messages[i]) for i in messages)
+        comm["clients_lost"] = len(lost)
         if len(lost) == task.num_clients:
             raise RuntimeError("every client is lost: " + "; ".join(lost.values()))
         answered = sorted(uploads_by_client)
@@ -217,6 +222,10 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
         if has_diverged(loss, initial_loss if evaluate else 1.0, config.divergence_factor):
             status, diverged_round = "diverged", r + 1
             break
+    if lost and status == "ok":
+        status = "partial"
+        log.warning("%s: %d client(s) lost (%s): the run is partial", config.label or config.hash(), len(lost),
+                    "; ".join(lost.values()))
     return recorder.result(server.x, status, diverged_round, time.perf_counter() - start)
 
 
@@ -231,12 +240,16 @@ def server_app(configs: list[ExperimentConfig] | None = None, sink: list | None 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         timeout = float(context.run_config.get("round-timeout", 300.0))
+        connect = float(context.run_config.get("connect-timeout", 120.0))
         output = context.run_config.get("output", "")
         for config in configs or [config_from_run_config(context.run_config)]:
-            result = serve(grid, config, round_timeout=timeout, evaluate=evaluate)
+            result = serve(grid, config, round_timeout=timeout, connect_timeout=connect, evaluate=evaluate)
             if sink is not None:
                 sink.append(result)
-            if output:
+            if output and result.status == "partial":
+                log.warning("not stored in %s: %s lost clients, so it is not the run its config describes", output,
+                            config.label or config.hash())
+            elif output:
                 from ..experiments import store
 
                 store(config, result, Path(output))

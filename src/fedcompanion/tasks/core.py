@@ -41,6 +41,7 @@ class ClientSplit:
 
     @property
     def sizes(self) -> torch.Tensor:
+        """Rows per client, [N]."""
         return self.offsets[1:] - self.offsets[:-1]
 
 
@@ -111,18 +112,22 @@ class Task:
     # ----------------------------------------------------------------- structure
     @property
     def num_clients(self) -> int:
+        """N."""
         return len(self.offsets) - 1
 
     @property
     def num_params(self) -> int:
+        """P, the length of the flat parameter vector."""
         return sum(n for _, _, n in self._shapes)
 
     @property
     def device(self) -> torch.device:
+        """Where the data live (the runs compute there)."""
         return self.x_all.device
 
     @property
     def client_sizes(self) -> torch.Tensor:
+        """n_i, rows per client, [N]."""
         return self.offsets[1:] - self.offsets[:-1]
 
     @functools.cached_property
@@ -131,6 +136,7 @@ class Task:
         return torch.as_tensor(self.l2, dtype=torch.float64).cpu().expand(self.num_clients).clone()
 
     def client_data(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client i's (features, targets), views into the stacked data."""
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.x_all[lo:hi], self.y_all[lo:hi]
 
@@ -177,6 +183,8 @@ class Task:
 
     # ----------------------------------------------------------------- losses
     def forward(self, x: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        """The model's outputs at the flat parameters x for ``inputs`` (a functional call: the template stays as it
+        is)."""
         return functional_call(self.model, self.unflatten(x), (inputs,))
 
     def loss_fn(self, x: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor, l2: float = 0.0) -> torch.Tensor:
@@ -247,6 +255,7 @@ class Task:
 
     @torch.no_grad()
     def test_metrics(self, x: torch.Tensor) -> dict[str, float]:
+        """test_loss and (for a labelled loss) test_accuracy of x on the task's test data; empty without test data."""
         if self.test is None:
             return {}
         out = self.forward(x, self.test.x.to(self.dtype))

@@ -6,23 +6,31 @@ simulation engine when the ``[flower]`` extra is installed), side by side in one
 Workload (the same for every column): MNIST, MLP 784-200-200-10, 100 clients (Dirichlet 0.3), m clients per
 round sampled uniformly, one local epoch of mini-batches of 32, lr 0.05. Each column runs ``--rounds`` rounds
 after one warm-up round, ``--repeats`` times interleaved with the others; the table shows medians, with
-evaluation and start-up excluded. GFLOP/s count 6 x multiply-adds per sample processed (forward and backward);
-"% of peak" is against a float32 matrix product measured in the same run (before the first m and after each m's
-repeats; the best of these, so that a slow moment at the start cannot inflate the percentages). Writes
-``benchmarks/results/engine.csv`` (``engine-DEVICE.csv`` off the CPU; ``--output`` names another file there).
+evaluation and start-up excluded. GFLOP/s count the flops the engines execute on the sampled schedule (the clients
+and step counts of the measured rounds): per sample, the forward product (M multiply-adds), the weight gradient (M)
+and the gradient passed down to every layer but the first (M - M_1), two flops each, as
+``benchmarks/reproduce_bound.py`` counts them. "% of peak" is against a float32 matrix product on all the cores
+measured in the same run (before the first m and after each m's repeats; the best of these, so that a slow moment at
+the start cannot inflate the percentages). Every line names the CPU. Writes ``benchmarks/results/engine.csv``
+(``engine-DEVICE.csv`` off the CPU; ``--output`` names another file there).
 
 Columns: ``batched`` and ``loop`` are ``fc.run(..., engine=...)`` (FedAvg and FedVRA; on a CPU the batched engine
 runs each client on one thread, ``fedcompanion.engine.clientwise``); ``batched products`` (CPU only) is the batched
 engine with its products over all clients, as on a GPU (``batched.CLIENTWISE = False``); ``plain torch`` is the same
-FedAvg round written as a plain ``nn.Module`` + ``torch.optim.SGD`` loop over the clients, one after another;
+FedAvg round (the same sampled clients) written as a plain ``nn.Module`` + ``torch.optim.SGD`` loop over the clients,
+run as one process per core with one thread each (its fair use of the machine: one process runs as fast on one thread
+as on two), the round's clients shared between them;
 ``flower`` is the same FedAvg round as a Flower simulation (``fedcompanion.flower``).
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +39,7 @@ import torch
 
 import fedcompanion as fc
 from fedcompanion.engine import batch_indices, batched
+from fedcompanion.machine import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,30 +75,56 @@ def engine_round_rate(task, m, algorithm, hp, engine, rounds, device, clientwise
     return rounds / float(result.timing.compute_time.iloc[-1])
 
 
-def plain_round_rate(task, m, rounds, device) -> float:
-    """The same FedAvg rounds, written as a plain torch training loop (clients one after another)."""
-    task = task.to(device)
+def _schedule(task, m):
+    """The schedule every column plays: seed 1, m clients per round sampled uniformly, one epoch of batches of 32."""
+    return fc.engine.Schedule(task, "uniform", m, fc.LocalWork(epochs=1.0, batch_size=32), 1, 0.05)
+
+
+_PLAIN: dict = {}
+
+
+def _plain_init(device: str) -> None:
+    torch.set_num_threads(1)
+    task = fc.tasks.federated_dataset_task("mnist", 100, "dirichlet", "mlp", seed=0, alpha=0.3).to(device)
+    _PLAIN.update(task=task, model=copy.deepcopy(task.model), device=device)
+
+
+def _plain_clients(x: torch.Tensor, r: int, work: list[tuple[int, int]]) -> tuple[torch.Tensor, float]:
+    """Plain torch local SGD for ``work`` = [(client, steps)] of round r from x: (sum of n_i x_i, sum of n_i)."""
+    task, model, device = _PLAIN["task"], _PLAIN["model"], _PLAIN["device"]
+    total, weight = torch.zeros_like(x), 0.0
+    for i, steps in work:
+        inputs, targets = task.client_data(i)
+        n = int(task.client_sizes[i])
+        torch.nn.utils.vector_to_parameters(x.clone(), model.parameters())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        for rows in batch_indices(1, r, i, n, steps, 32).to(device):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(inputs[rows]), targets[rows]).backward()
+            optimizer.step()
+        total += n * torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+        weight += n
+    return total, weight
+
+
+def plain_round_rate(pool, task, m, rounds, cores: int) -> float:
+    """The same FedAvg rounds (the engines' sampled clients and steps) as a plain torch loop, the round's clients
+    shared between ``cores`` processes of one thread each (balanced by their samples); one warm-up round."""
+    schedule, sizes = _schedule(task, m), task.client_sizes.numpy()
     x = task.init_params(1)
-    model = copy.deepcopy(task.model)
-    rng = np.random.default_rng(0)
-    sizes = task.client_sizes.numpy()
-    tic = time.perf_counter()
-    for r in range(rounds):
-        active = np.sort(rng.choice(task.num_clients, m, replace=False))
-        total, weight = torch.zeros_like(x), 0.0
-        for i in active.tolist():
-            inputs, targets = task.client_data(i)
-            steps = int(np.ceil(sizes[i] / min(32, sizes[i])))
-            torch.nn.utils.vector_to_parameters(x.clone(), model.parameters())
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-            for rows in batch_indices(1, r, i, int(sizes[i]), steps, 32).to(device):
-                optimizer.zero_grad()
-                torch.nn.functional.cross_entropy(model(inputs[rows]), targets[rows]).backward()
-                optimizer.step()
-            total += float(sizes[i]) * torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-            weight += float(sizes[i])
-        x = total / weight
-    _sync(device)
+    tic = None
+    for r in range(rounds + 1):
+        if r == 1:
+            tic = time.perf_counter()
+        info = schedule.info(r)
+        shares: list[list[tuple[int, int]]] = [[] for _ in range(cores)]
+        loads = [0] * cores
+        for i, steps in sorted(zip(info.clients.tolist(), info.steps.tolist()), key=lambda c: -c[1] * sizes[c[0]]):
+            k = loads.index(min(loads))
+            shares[k].append((i, int(steps)))
+            loads[k] += steps * min(32, int(sizes[i]))
+        parts = [f.result() for f in [pool.submit(_plain_clients, x, r, share) for share in shares if share]]
+        x = sum(t for t, _ in parts) / sum(w for _, w in parts)
     return rounds / (time.perf_counter() - tic)
 
 
@@ -108,11 +143,28 @@ def flower_round_rate(m, rounds) -> float | None:
     return rounds / float(times[-1] - times[0])  # start-up and the first (warm-up) round excluded
 
 
-def samples_per_round(task, m) -> float:
-    """Expected samples processed per round under uniform sampling of m clients (one epoch, batches of 32)."""
-    sizes = task.client_sizes.numpy()
-    per_client = np.ceil(sizes / np.minimum(32, sizes)) * np.minimum(32, sizes)
-    return m * float(per_client.mean())
+def linear_macs(model: torch.nn.Module) -> tuple[int, int] | None:
+    """(M, M_1): multiply-adds per sample of all Linear layers and of the first; None if the model has other
+    parametrised layers (its cost is not two products per layer)."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    others = [m for m in model.modules() if not list(m.children()) and list(m.parameters(recurse=False))
+              and not isinstance(m, torch.nn.Linear)]
+    if not layers or others:
+        return None
+    macs = [m.in_features * m.out_features for m in layers]
+    return sum(macs), macs[0]
+
+
+def flops_per_round(task, m, rounds: int, first: int = 0) -> float:
+    """Mean flops per round that the engines execute in rounds ``first .. first + rounds - 1`` of the schedule:
+    2 x (2M + (M - M_1)) per sample processed."""
+    macs, first_layer = linear_macs(task.model)
+    schedule, sizes = _schedule(task, m), task.client_sizes.numpy()
+    samples = 0
+    for r in range(first, first + rounds):
+        info = schedule.info(r)
+        samples += int((info.steps.numpy() * np.minimum(32, sizes[info.clients.numpy()])).sum())
+    return 2.0 * (2 * macs + macs - first_layer) * samples / rounds
 
 
 def main() -> int:
@@ -127,10 +179,11 @@ def main() -> int:
     args = parser.parse_args()
     device = args.device
     task = fc.tasks.federated_dataset_task("mnist", 100, "dirichlet", "mlp", seed=0, alpha=0.3).to(device)
-    macs = sum(p.numel() for n, p in task.model.named_parameters() if n.endswith("weight"))
     peaks = [gemm_peak(device)]
-    threads = torch.get_num_threads()
-    print(f"device {device}, {threads} torch threads; float32 matrix-product peak {peaks[0]:.0f} GFLOP/s")
+    threads, cores = torch.get_num_threads(), os.cpu_count() or 1
+    cpu = describe()
+    print(f"{cpu}; device {device}, {threads} torch threads; float32 matrix-product peak {peaks[0]:.0f} GFLOP/s")
+    pool = ProcessPoolExecutor(cores, mp_context=get_context("spawn"), initializer=_plain_init, initargs=(device,))
     def engine_column(engine, algorithm, hp, clientwise=True):
         return lambda m: engine_round_rate(task, m, algorithm, hp, engine, args.rounds, device, clientwise)
 
@@ -140,7 +193,7 @@ def main() -> int:
     if device == "cpu":
         columns.update({f"batched products {name}": engine_column("batched", name, hp, clientwise=False)
                         for name, hp in algorithms})
-    columns["plain torch fedavg"] = lambda m: plain_round_rate(task, m, args.rounds, device)
+    columns[f"plain torch fedavg ({cores} processes)"] = lambda m: plain_round_rate(pool, task, m, args.rounds, cores)
     if not args.no_flower and device == "cpu":
         columns["flower fedavg"] = lambda m: flower_round_rate(m, args.rounds)
     rows = []
@@ -157,13 +210,14 @@ def main() -> int:
                 if rate is not None:
                     measured[name].append(rate)
         peaks.append(gemm_peak(device))
-        gflop = 6 * macs * samples_per_round(task, m) / 1e9
         for name, rates in measured.items():
             if not rates:
                 continue
             rate = statistics.median(rates)
+            warm = 1 if name.startswith(("plain", "flower")) else 0  # their first round is a warm-up, not timed
+            gflop = flops_per_round(task, m, args.rounds, first=warm) / 1e9
             rows.append(dict(column=name, m=m, rounds_per_s=rate, gflops=gflop * rate, repeats=len(rates),
-                             device=device, threads=threads))
+                             device=device, threads=threads, cpu=cpu))
     peak = max(peaks)
     print(f"float32 matrix-product peak, measured {len(peaks)} times: " + ", ".join(f"{p:.0f}" for p in peaks)
           + f" GFLOP/s; the table uses the best, {peak:.0f}")
@@ -172,9 +226,11 @@ def main() -> int:
     table = frame.pivot(index="column", columns="m", values="rounds_per_s")
     for m in args.ms:
         table[f"% peak (m={m})"] = frame[frame.m == m].set_index("column").pct_of_peak
-    print("\nrounds per second (median of repeats), and % of the measured float32 peak:")
+    pool.shutdown()
+    print(f"\n{cpu}\nrounds per second (median of repeats), and % of the measured float32 peak:")
     print(table.round(2).to_string())
-    base = table.loc["plain torch fedavg"]
+    plain = next(c for c in table.index if c.startswith("plain torch"))
+    base = table.loc[plain]
     print("\nratios at each m: batched / plain torch = " + ", ".join(
         f"{table.loc['batched fedavg', m] / base[m]:.2f} (m={m})" for m in args.ms))
     if "batched products fedavg" in table.index:

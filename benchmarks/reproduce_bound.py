@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from torch import nn
 
 from fedcompanion import make
 from fedcompanion.engine import LocalWork, Schedule
@@ -37,21 +36,9 @@ from fedcompanion.engine.schedule import batch_size_for
 from fedcompanion.experiments import RUN_THREADS, ExperimentConfig, build_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine import gemm_peak  # noqa: E402  (benchmarks/engine.py: the same peak measurement)
+from engine import gemm_peak, linear_macs  # noqa: E402  (benchmarks/engine.py: the same peak and count)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def linear_macs(model: nn.Module) -> tuple[int, int] | None:
-    """(M, M_1): multiply-adds per sample of all Linear layers and of the first; None if the model has other
-    parametrised layers (its cost is not two products per layer)."""
-    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    others = [m for m in model.modules() if not list(m.children()) and list(m.parameters(recurse=False))
-              and not isinstance(m, nn.Linear)]
-    if not layers or others:
-        return None
-    macs = [m.in_features * m.out_features for m in layers]
-    return sum(macs), macs[0]
 
 
 def run_flops(meta: dict, history_rounds: np.ndarray) -> float | None:

@@ -53,3 +53,21 @@ def test_loss_only_probes_count_a_forward_pass():
     rounds = np.array([0, 1, 2])
     probes = 2 * (115 + 142 + 108 + 93) * 5  # rounds x every client's rows x forward
     assert bound.run_flops(_meta("qfedavg"), rounds) == bound.run_flops(_meta("fedavg"), rounds) + 2 * probes
+
+
+def test_engine_benchmark_counts_the_flops_of_the_sampled_schedule():
+    """Issue 33: benchmarks/engine.py counted 6 multiply-adds per sample and the expected samples. Two clients of 40
+    and 10 rows, both active, one epoch of batches of 32: 2 x 32 + 1 x 10 = 74 samples a round; an MLP 3-4-2 has
+    M = 12 + 8 and M_1 = 12, so 2 x (2M + M - M_1) = 96 flops a sample: 7104 a round."""
+    import torch
+
+    import fedcompanion as fc
+
+    engine_spec = importlib.util.spec_from_file_location("engine_bench", SCRIPT.parent / "engine.py")
+    engine = importlib.util.module_from_spec(engine_spec)
+    engine_spec.loader.exec_module(engine)
+    rng = np.random.default_rng(0)
+    clients = [(rng.standard_normal((n, 3)).astype(np.float32), rng.integers(0, 2, n)) for n in (40, 10)]
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    task = fc.tasks.from_client_arrays("two", clients, net, "cross_entropy", dtype=torch.float32)
+    assert engine.flops_per_round(task, 2, rounds=3) == 7104.0

@@ -77,7 +77,6 @@ def test_one_version_everywhere():
     """pyproject.toml holds the version; the package reads it (importlib.metadata), the citation and the Flower app
     repeat it (a release bumps all three, and this test names the one left behind)."""
     import tomllib
-
     import yaml
 
     import fedcompanion

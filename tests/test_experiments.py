@@ -71,3 +71,21 @@ def test_optimum_tracking_on_convex_task(tmp_path):
     frame = sweep([_cfg(metrics=["suboptimality"], rounds=5)], tmp_path, jobs=1, progress=False)
     sub = frame[frame.metric == "suboptimality"].value
     assert (sub >= -1e-12).all() and sub.iloc[-1] < sub.iloc[0]
+
+
+def test_gradient_norm_sq_is_the_squared_norm_of_the_weighted_client_gradients(lsq_sized):
+    """||grad F||^2 with F = sum_i w_i f_i, f_i = ||A_i x - b_i||^2 / (2 n_i) + (mu / 2)||x||^2: the closed form
+    grad F = sum_i w_i (A_i^T (A_i x - b_i) / n_i + mu x), against the metric's one autograd pass."""
+    import torch
+
+    from fedcompanion.experiments.stationarity import gradient_norm_sq
+    from fedcompanion.tasks import from_client_arrays
+
+    clients = [(lsq_sized.client_data(i)[0].numpy(), lsq_sized.client_data(i)[1].numpy()) for i in range(4)]
+    task = from_client_arrays("lsq-l2", clients, torch.nn.Sequential(torch.nn.Flatten(),
+                              torch.nn.Linear(4, 1, bias=False)), "squared", weights="size", l2=0.3,
+                              dtype=torch.float64)
+    x = torch.tensor([0.5, -1.0, 2.0, 0.25], dtype=torch.float64)
+    grad = sum(float(task.weights[i]) * (a.T @ (a @ x - b) / len(b) + 0.3 * x)
+               for i, (a, b) in enumerate(task.client_data(i) for i in range(4)))
+    assert gradient_norm_sq(task, None)(x) == pytest.approx(float(grad @ grad), rel=1e-13)

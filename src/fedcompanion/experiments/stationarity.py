@@ -10,12 +10,20 @@ from .named_metrics import METRICS
 
 
 def gradient_norm_sq(task, config):
-    r""":math:`\|\nabla F(x)\|^2` with :math:`F = \sum_i w_i f_i` on the clients' full training data (one autograd
-    pass per client, in the task's dtype)."""
+    r""":math:`\|\nabla F(x)\|^2` with :math:`F(x) = \sum_i w_i f_i(x)` on the clients' full training data, by one
+    autograd pass over all of it: sample j of client i enters with weight :math:`w_i / n_i`, and the l2 terms as
+    :math:`\tfrac12 \sum_i w_i \mu_i \|x\|^2` (in the task's dtype)."""
+    weights = task.weights.to(task.dtype)
+    per_sample = torch.repeat_interleave(weights / task.client_sizes.to(task.dtype), task.client_sizes)
+    l2 = float(weights.double() @ task.client_l2)
+
     def value(x: torch.Tensor) -> float:
-        grad = torch.zeros_like(x)
-        for i in range(task.num_clients):
-            grad += float(task.weights[i]) * task.client_value_and_grad(i, x)[1]
+        leaf = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            loss = per_sample @ task.loss.per_sample(task.forward(leaf, task.x_all), task.y_all)
+            if l2:
+                loss = loss + 0.5 * l2 * (leaf * leaf).sum()
+        (grad,) = torch.autograd.grad(loss, leaf)
         return float(grad @ grad)
     return value
 

@@ -203,7 +203,7 @@ def against(setting: str, question: str, metric: str, better: str, values, refer
 
 
 def identity(setting: str, question: str, deviation: float, tolerance: float) -> Evidence:
-    """An exact identity checked to a tolerance (|deviation| <= tolerance)."""
+    """An exact identity checked to a tolerance: it holds when ``abs(deviation) <= tolerance``."""
     return Evidence("identity", setting, question, values=(float(deviation),), tolerance=float(tolerance))
 
 

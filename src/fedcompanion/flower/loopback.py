@@ -4,6 +4,9 @@
     python -m fedcompanion.flower.loopback --output results-flower [--experiment run.json] [--round-timeout 60]
     examples/flower/loopback.sh ...   (the same)
 
+It runs the app of the repository's ``examples/flower`` (so from a checkout, with the package installed editable as
+``make env`` does).
+
 The experiment (an :class:`~fedcompanion.experiments.ExperimentConfig` as JSON; by default the one in
 ``examples/flower/pyproject.toml``) decides the number of SuperNodes: one per client of its task. Exit status: 0 when
 the run's result was stored in ``--output`` (``ok`` or ``diverged``), 1 when the run ended without it (a lost

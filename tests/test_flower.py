@@ -185,3 +185,10 @@ def test_the_loopback_script_stores_a_run_and_fails_loudly_without_one(tmp_path)
         port = int(re.search(r"127\.0\.0\.1:(\d+)", (tmp_path / work / "flwr" / "config.toml").read_text())[1])
         assert not _processes_on(port), _processes_on(port)
 
+
+
+def test_the_apps_own_experiment_is_what_the_loopback_script_runs_by_default():
+    from fedcompanion.flower.loopback import default_experiment
+
+    config = ExperimentConfig(**json.loads(default_experiment())).validate()
+    assert config.algorithm == "fedvra" and config.task_args["num_clients"] == 10

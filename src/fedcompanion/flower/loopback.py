@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,8 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import tomllib
 
 APP = Path(__file__).resolve().parents[3] / "examples" / "flower"
 BIN = Path(sys.executable).parent
@@ -110,8 +109,12 @@ class Federation:
 
 
 def default_experiment(app: Path = APP) -> str:
-    """The experiment JSON of the app's ``pyproject.toml`` (``[tool.flwr.app.config] experiment``)."""
-    return tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]["experiment"]
+    """The experiment JSON of the app's ``pyproject.toml`` (its ``experiment = '...'`` line; read without tomllib,
+    which Python 3.10 lacks)."""
+    match = re.search(r"^experiment\s*=\s*'(.*)'\s*$", (app / "pyproject.toml").read_text(), re.M)
+    if match is None:
+        raise OSError(f"{app / 'pyproject.toml'} has no experiment = '...' line")
+    return match[1]
 
 
 def main(argv: list[str] | None = None) -> int:

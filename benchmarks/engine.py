@@ -111,7 +111,7 @@ def plain_round_rate(task, m, rounds, cores: int, device: str) -> float:
     """The same FedAvg rounds (the engines' sampled clients and steps) as a plain torch loop, the round's clients
     shared between ``cores`` processes of one thread each (balanced by their samples); one warm-up round, which also
     starts the processes. The processes live for this measurement only: kept idle beside the other columns, they
-    slowed the loop engine from 8.3 to 3.1 rounds/s (m = 10) on this machine."""
+    slowed the loop engine and the batched products by more than half."""
     with ProcessPoolExecutor(cores, mp_context=get_context("spawn"), initializer=_plain_init,
                              initargs=(device,)) as pool:
         return _plain_rounds(pool, task, m, rounds, cores)

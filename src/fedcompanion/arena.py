@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from .experiments import ExperimentConfig, Spec, log_grid, mean_score, sweep, tune
+from .experiments import ExperimentConfig, Spec, log_grid, mean_score, per_seed_evidence, sweep, tune
 from .validation import ConfigError
-from .verdict import paired, t_interval
+from .verdict import t_interval
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,7 @@ def ranking(table: pd.DataFrame, task: ArenaTask, seeds) -> pd.DataFrame:
             if m == ranked[0]:
                 row[key] = "best"
                 continue
-            e = paired(task.name, f"{ranked[0]} vs {m}", column, better[column], values(ranked[0], column),
-                       values(m, column), seeds)
+            e = per_seed_evidence(table, column, ranked[0], m, better[column], task.name, seeds=seeds)
             row[key] = words[e.word()]
             if column == "metric":
                 s = e.stats()

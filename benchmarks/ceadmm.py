@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 import fedcompanion as fc
-from fedcompanion.algorithms.ceadmm import ClientBlocks
+from fedcompanion.algorithms.admm_blocks import ClientBlocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = {

@@ -77,7 +77,7 @@ def engine_round_rate(task, m, algorithm, hp, engine, rounds, device, clientwise
 
 def _schedule(task, m):
     """The schedule every column plays: seed 1, m clients per round sampled uniformly, one epoch of batches of 32."""
-    return fc.engine.Schedule(task, "uniform", m, fc.LocalWork(epochs=1.0, batch_size=32), 1, 0.05)
+    return fc.driver.Schedule(task, "uniform", m, fc.LocalWork(epochs=1.0, batch_size=32), 1, 0.05)
 
 
 _PLAIN: dict = {}

@@ -31,7 +31,8 @@ import pandas as pd
 import torch
 
 from fedcompanion import make
-from fedcompanion.engine import LocalWork, Schedule
+from fedcompanion.driver import Schedule
+from fedcompanion.engine import LocalWork
 from fedcompanion.engine.schedule import batch_size_for
 from fedcompanion.experiments import RUN_THREADS, ExperimentConfig, build_task
 

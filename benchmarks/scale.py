@@ -43,7 +43,7 @@ def point(n: int, m: int, algorithm: str, rounds: int) -> dict:
     import torch
 
     import fedcompanion as fc
-    from fedcompanion.engine import Schedule
+    from fedcompanion.driver import Schedule
 
     torch.set_num_threads(1)
     if n <= 60_000:

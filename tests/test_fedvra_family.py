@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.engine import batch_indices, play_round
+from fedcompanion.driver import play_round
+from fedcompanion.engine import batch_indices
 from fedcompanion.protocol import LocalResult, RoundInfo
 
 HLU = fc.LocalWork(steps_range=(1, 4), batch_size=4)  # mini-batches and time-varying local work

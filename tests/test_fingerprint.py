@@ -53,7 +53,7 @@ def _edit(path, old, new):
 def test_docstrings_comments_and_a_new_algorithm_leave_every_key_valid(scratch):
     root, before = scratch
     _edit(root / "algorithms/fedavg.py", "FedAvg (McMahan et al., 2017)", "FedAvg (McMahan and others, 2017)")
-    _edit(root / "engine/run.py", "\nimport math\n", "\nimport math  # a comment\n")
+    _edit(root / "driver.py", "\nimport math\n", "\nimport math  # a comment\n")
     (root / "algorithms/fedtoy.py").write_text(
         "from .fedavg import FedAvg\nfrom .base import register\n\n\n@register\nclass FedToy(FedAvg):\n"
         "    name = 'fedtoy'\n")

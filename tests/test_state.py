@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.engine import play_round
+from fedcompanion.driver import play_round
 from fedcompanion.protocol import RoundInfo
 
 ENGINE_ALGORITHMS = [("fedavg", {}), ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),

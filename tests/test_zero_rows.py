@@ -47,7 +47,7 @@ def test_a_large_federation_keeps_only_the_sampled_clients_rows(small_mnist):
     assert isinstance(state.clients["lam"], ZeroRows) and not state.clients["lam"].rows
     result_rows = []
     for r in range(2):
-        from fedcompanion.engine import Schedule, play_round
+        from fedcompanion.driver import Schedule, play_round
 
         info = Schedule(small_mnist, "uniform", 3, fc.LocalWork(steps=1), 0, 0.05).info(r)
         state = play_round(small_mnist, algorithm, state, info, local=fc.LocalWork(steps=1))[0]

@@ -47,7 +47,7 @@ def normalised_source(source: str) -> str:
 
 
 def module_file(module: str) -> Path | None:
-    """The source file of a module of the package (``fedcompanion.engine.run`` -> engine/run.py), if any."""
+    """The source file of a module of the package (``fedcompanion.engine.batched`` -> engine/batched.py), if any."""
     parts = module.split(".")
     if parts[0] != PACKAGE:
         return None

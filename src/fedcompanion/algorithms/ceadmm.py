@@ -48,10 +48,8 @@ step and the recorded metrics (:math:`f(y)` only when y changes).
 """
 from __future__ import annotations
 
-import functools
 import math
 import time
-from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -59,6 +57,7 @@ from tqdm.auto import tqdm
 
 from ..protocol import DIVERGENCE_FACTOR, GLOBAL, RunResult, has_diverged
 from ..validation import ConfigError, check_choice, check_device, check_number
+from .admm_blocks import ClientBlocks, batched_cg, bmv
 from .base import register
 
 SOLVERS = ("exact", "linearized_server", "linearized_local")
@@ -66,174 +65,11 @@ CURVATURES = ("lipschitz", "gram")
 LOCAL_SOLVERS = ("factored", "cg")  # CEADMM's exact least-squares solve: a factor cached once, or CG from zero
 
 
-def _bmv(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
-    """Batched matrix-vector product: [m, p, q] x [m, q] -> [m, p]."""
-    return torch.bmm(matrices, vectors.unsqueeze(-1)).squeeze(-1)
-
-
-SPARSE_BELOW = 0.3  # design matrices with fewer nonzeros than this share are multiplied as sparse matrices
-
-
-@dataclass
-class ClientBlocks:
-    """Every client's design matrix, zero-padded: A [m, D, n], targets [m, D], mask [m, D], sizes d_i [m],
-    weights w_i [m], l2 mu_i [m] and the loss (a linear-predictor :class:`~fedcompanion.losses.Loss`).
-
-    A sparse design (QSAR's fingerprints: 9% nonzero) is also kept as one block-diagonal CSR matrix
-    [m D, m n] and its transpose, so that A_i x_i and A_i^T r_i of all clients are one sparse product each."""
-
-    a: torch.Tensor
-    y: torch.Tensor
-    mask: torch.Tensor
-    sizes: torch.Tensor
-    weights: torch.Tensor
-    l2: torch.Tensor
-    loss: object
-    sparse: tuple | None = None
-
-    @classmethod
-    def from_task(cls, task) -> ClientBlocks:
-        """The blocks of a convex task with a linear model: each client's design and targets padded to one [m, d, n]
-        block (raises for a non-linear model)."""
-        from ..tasks import linear_design
-
-        design, targets, _ = linear_design(task)  # raises for non-convex models
-        sizes = task.client_sizes
-        m, d, n = len(sizes), int(sizes.max()), design.shape[1]
-        opts = dict(dtype=torch.float64, device=design.device)
-        a, y, mask = torch.zeros(m, d, n, **opts), torch.zeros(m, d, **opts), torch.zeros(m, d, **opts)
-        for i in range(m):
-            lo, hi = int(task.offsets[i]), int(task.offsets[i + 1])
-            a[i, : hi - lo], y[i, : hi - lo], mask[i, : hi - lo] = design[lo:hi], targets[lo:hi], 1.0
-        sparse = _block_diagonal(a) if float((a != 0).sum()) < SPARSE_BELOW * mask.sum() * n else None
-        return cls(a, y, mask, sizes.to(**opts), task.weights.to(**opts), task.client_l2.to(**opts), task.loss,
-                   sparse)
-
-    @functools.cached_property
-    def regularised(self) -> bool:
-        """Whether some client has mu_i != 0."""
-        return bool((self.l2 != 0).any())
-
-    @property
-    def uses_gram(self) -> bool:
-        """Least squares with n <= d_max: values and gradients from H_i = A_i^T A_i / d_i, one pass over
-        [m, n, n] instead of two over [m, D, n]."""
-        return self.loss.name == "squared" and self.a.shape[2] <= self.a.shape[1]
-
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """A_i x_i: [m, D] (zero on padding rows)."""
-        if self.sparse is not None:
-            return (self.sparse[0] @ x.reshape(-1)).view(self.y.shape)
-        return _bmv(self.a, x)
-
-    def _at(self, r: torch.Tensor) -> torch.Tensor:
-        """A_i^T r_i / d_i: [m, n] (padding rows of A are zero, so padded entries of r do not count)."""
-        if self.sparse is not None:
-            return (self.sparse[1] @ r.reshape(-1)).view(len(self.sizes), -1) / self.sizes[:, None]
-        return _bmv(self.a_transposed, r) / self.sizes[:, None]
-
-    @functools.cached_property
-    def a_transposed(self) -> torch.Tensor:
-        """A_i^T, contiguous [m, n, D] (a product with the transposed view is three times slower)."""
-        return self.a.transpose(1, 2).contiguous()
-
-    def evaluate(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(f_i(x_i) [m], grad f_i(x_i) [m, n]).
-
-        Least squares with ``uses_gram``: with x^_i a minimiser of client i's data term (``anchor``) and
-        f^_i its value (``floor``), e = x - x^_i gives grad = H_i e and f = f^_i + e'H_i e / 2 exactly, so one
-        pass over H_i yields both, and no digits are lost to cancellation near the optimum."""
-        reg = 0.5 * self.l2 * (x * x).sum(1)
-        if self.uses_gram:
-            e = x - self.anchor
-            he = _bmv(self.gram, e)
-            return self.floor + 0.5 * (e * he).sum(1) + reg, he + self.l2[:, None] * x
-        z = self.predict(x)
-        value = (self.loss.phi(z, self.y) * self.mask).sum(1) / self.sizes
-        return value + reg, self._at(self.loss.dphi(z, self.y)) + self.l2[:, None] * x
-
-    @functools.cached_property
-    def anchor(self) -> torch.Tensor:
-        """x^_i: the minimum-norm least-squares solution of A_i x = b_i, [m, n]."""
-        return torch.linalg.lstsq(self.a, self.y.unsqueeze(-1), driver="gelsd" if self.a.device.type == "cpu"
-                                  else None).solution.squeeze(-1)
-
-    @functools.cached_property
-    def floor(self) -> torch.Tensor:
-        """f^_i = ||A_i x^_i - b_i||^2 / (2 d_i), [m]."""
-        residual = (self.predict(self.anchor) - self.y) * self.mask
-        return 0.5 * (residual * residual).sum(1) / self.sizes
-
-    def hvp(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Hessian of f_i at x_i times v_i: [m, n]."""
-        return self._at(self.loss.d2phi(self.predict(x), self.y) * self.predict(v)) + self.l2[:, None] * v
-
-    @functools.cached_property
-    def gram(self) -> torch.Tensor:
-        """H_i = A_i^T A_i / d_i: [m, n, n] (least squares only)."""
-        return torch.bmm(self.a.transpose(1, 2), self.a) / self.sizes[:, None, None]
-
-    @functools.cached_property
-    def atb(self) -> torch.Tensor:
-        return self._at(self.y)
-
-    def lipschitz(self) -> torch.Tensor:
-        """r_i = curvature bound * lambda_max(A_i^T A_i) / d_i + mu_i, from the smaller Gram side (A_i A_i^T is
-        d_i x d_i, A_i^T A_i is n x n; both have the same largest eigenvalue)."""
-        m, d, n = self.a.shape
-        if n <= d:
-            gram = self.gram * self.sizes[:, None, None] if "gram" in self.__dict__ else \
-                torch.bmm(self.a.transpose(1, 2), self.a)
-        else:
-            gram = torch.bmm(self.a, self.a.transpose(1, 2))  # padding rows add zero eigenvalues only
-        top = torch.linalg.eigvalsh(gram)[:, -1] / self.sizes
-        return self.loss.curvature_bound * top + self.l2
-
-
-def _block_diagonal(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The block-diagonal CSR matrix diag(A_1, ..., A_m) [m D, m n] and its transpose, from padded [m, D, n]."""
-    import warnings
-
-    m, d, n = a.shape
-    client, row, col = a.nonzero(as_tuple=True)
-    values = a[client, row, col]
-    rows, cols = client * d + row, client * n + col
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch: "sparse CSR support is in beta state"
-        forward = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, (m * d, m * n)).coalesce()
-        backward = torch.sparse_coo_tensor(torch.stack([cols, rows]), values, (m * n, m * d)).coalesce()
-        return forward.to_sparse_csr(), backward.to_sparse_csr()
-
-
 def default_penalties(blocks: ClientBlocks, k0: int, r: torch.Tensor) -> torch.Tensor:
     """sigma_i = r0 / log(2 + k0) * log(m d_i) * w_i r_i (the authors' code)."""
     m = len(blocks.sizes)
     r0 = 0.1 if m > 20 else (0.12 if m > 10 else 0.15)
     return r0 / math.log(2 + k0) * torch.log(m * blocks.sizes) * blocks.weights * r
-
-
-def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int) -> torch.Tensor:
-    """Conjugate gradients from zero on m independent SPD systems at once (rows of ``rhs``), until each
-    residual norm is <= ``tol``.
-
-    Written here because neither torch nor scipy offers a *batched* CG; scipy's ``cg`` would mean
-    a Python loop over clients."""
-    x = torch.zeros_like(rhs)
-    r = rhs.clone()
-    p = r.clone()
-    rs = (r * r).sum(1)
-    for _ in range(max_iter):
-        live = rs > tol**2
-        if not live.any():
-            break
-        ap = matvec(p)
-        alpha = torch.where(live, rs / (p * ap).sum(1).clamp_min(1e-300), torch.zeros_like(rs))
-        x += alpha[:, None] * p
-        r -= alpha[:, None] * ap
-        rs_new = (r * r).sum(1)
-        p = r + torch.where(live, rs_new / rs.clamp_min(1e-300), torch.zeros_like(rs))[:, None] * p
-        rs = rs_new
-    return x
 
 
 METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "comm_rounds", "test_accuracy")
@@ -297,7 +133,7 @@ class ConsensusADMM:
                 eye = torch.eye(b.a.shape[-1], dtype=b.a.dtype, device=b.a.device)
                 system = w[:, :, None] * (b.gram + b.l2[:, None, None] * eye) + sigma[:, None, None] * eye
                 cache["inverse"] = torch.cholesky_inverse(torch.linalg.cholesky(system))
-            return _bmv(cache["inverse"], w * b.atb - pi + sigma[:, None] * y)
+            return bmv(cache["inverse"], w * b.atb - pi + sigma[:, None] * y)
         for _ in range(50):  # Newton-CG on w_i f_i(x) + <pi_i, x> + sigma_i/2 ||x - y||^2
             g = w * b.evaluate(x)[1] + pi + sigma[:, None] * (x - y)
             if g.norm(dim=1).max() <= self.tol_local:
@@ -325,7 +161,7 @@ class ConsensusADMM:
             inner = sigma[:, None, None] * eye + c[:, None, None] * torch.bmm(b.a, b.a_transposed)
             cache["woodbury"] = (c, torch.cholesky_inverse(torch.linalg.cholesky(inner)))
         c, inner_inverse = cache["woodbury"]
-        correction = b._at(_bmv(inner_inverse, b.predict(rhs))) * b.sizes[:, None]  # A^T M A rhs
+        correction = b._at(bmv(inner_inverse, b.predict(rhs))) * b.sizes[:, None]  # A^T M A rhs
         return x + (rhs - c[:, None] * correction) / sigma[:, None]
 
     def _evaluate_local(self, b: ClientBlocks, x: torch.Tensor, pi: torch.Tensor):

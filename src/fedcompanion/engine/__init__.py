@@ -1,27 +1,40 @@
-"""Sampling, local work, the engines that minimise the unified local objective, and ``run()``."""
+"""The engines: each minimises the unified local objective of the active clients, given a schedule of mini-batches.
+
+An engine is a pair ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)`` and
+``probe(task, x0, clients, samples, seed, round, gradient=) -> (losses [K], grads [K, P] or None)``, kept by name
+in :data:`ENGINES`; :func:`fedcompanion.run` (the driver, :mod:`fedcompanion.driver`) chooses one by its ``engine``
+argument. The engines import the protocol, never an algorithm or the driver.
+"""
 from ..protocol import GLOBAL, LocalObjective, RunResult
 from .batched import train_batched
 from .loop import probe_loop, train_loop
-from .run import ENGINES, Recorder, Schedule, client_work, initial_state, play_round, register_engine, run
 from .sampling import make_sampler
 from .schedule import LocalWork, batch_indices
 
+# the probe (each active client's full-data loss and gradient at the global model) is one autograd pass per client
+# (a forward pass only for the algorithms that use the losses alone):
+# measured faster than a padded vmap over the clients for both few large and many small clients
+ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop)}
+DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
+
+
+def register_engine(name: str, train, probe) -> None:
+    """Add an engine: ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)``
+    and ``probe(task, x0, clients, samples, seed, round, gradient=) -> (losses [K], grads [K, P] or None)``."""
+    ENGINES[name] = (train, probe)
+
+
 __all__ = [
+    "DEFAULT_ENGINE",
     "ENGINES",
     "GLOBAL",
     "LocalObjective",
     "LocalWork",
-    "Recorder",
-    "Schedule",
-    "client_work",
-    "initial_state",
     "RunResult",
     "batch_indices",
     "make_sampler",
-    "play_round",
     "probe_loop",
     "register_engine",
-    "run",
     "train_batched",
     "train_loop",
 ]

@@ -17,8 +17,7 @@ from typing import Any
 from ..algorithms.base import REGISTRY, is_engine_class, make
 from ..data.loaders import LOADERS, dataset_digest
 from ..data.partition import PARTITIONS, partition_parameters
-from ..engine import LocalWork
-from ..engine.run import ENGINES
+from ..engine import ENGINES, LocalWork
 from ..engine.sampling import SAMPLINGS
 from ..fingerprint import fingerprint
 from ..protocol import DIVERGENCE_FACTOR

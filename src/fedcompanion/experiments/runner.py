@@ -12,7 +12,8 @@ import pandas as pd
 
 from ..algorithms import make
 from ..algorithms.base import is_engine_algorithm
-from ..engine import LocalWork, run
+from ..driver import run
+from ..engine import LocalWork
 from ..protocol import RunResult
 from ..registry import registry
 from ..tasks import TASKS

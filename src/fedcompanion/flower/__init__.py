@@ -1,6 +1,6 @@
 """Run any engine algorithm as a Flower app (``pip install 'fedcompanion[flower]'``).
 
-The algorithm is unchanged: a Flower client runs :func:`fedcompanion.engine.client_work` for itself (the
+The algorithm is unchanged: a Flower client runs :func:`fedcompanion.driver.client_work` for itself (the
 same local objective, engine and mini-batch stream as ``fc.run``) and keeps its own part of the algorithm's
 state (duals, control variates, private blocks, a carried momentum buffer) in Flower's ``context.state``; the
 server keeps only the server part, draws the same clients and local step counts as ``fc.run`` for the same

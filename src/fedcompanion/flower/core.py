@@ -16,7 +16,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from ..algorithms import make
-from ..engine import LocalWork, Recorder, Schedule, client_work, initial_state
+from ..driver import Recorder, Schedule, client_work, initial_state
+from ..engine import LocalWork
 from ..experiments import METRICS, ExperimentConfig, build_task
 from ..protocol import ActiveClients, RoundInfo, RunResult, State, floats, has_diverged
 from ..validation import ConfigError

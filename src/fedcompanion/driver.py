@@ -1,4 +1,8 @@
-"""``run()``: one federated training run, from a task and an algorithm to a tidy history."""
+"""The driver: one federated training run, from a task and an algorithm to a tidy history (:func:`run`).
+
+It stands above both the engines (:mod:`fedcompanion.engine`, which minimise a local objective) and the algorithms
+(:mod:`fedcompanion.algorithms`, which say what is minimised and what the server does with the uploads); neither of
+those imports the other, or this module. A round is :func:`play_round`; a Flower client runs :func:`client_work`."""
 from __future__ import annotations
 
 import math
@@ -11,9 +15,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..memory import reuse_freed_memory
-from ..metrics import fairness
-from ..protocol import (
+from .algorithms.base import is_engine_algorithm
+from .engine import DEFAULT_ENGINE, ENGINES
+from .engine.sampling import make_sampler
+from .engine.schedule import LocalWork
+from .memory import reuse_freed_memory
+from .metrics import fairness
+from .protocol import (
     DIVERGENCE_FACTOR,
     GLOBAL,
     LocalResult,
@@ -24,29 +32,11 @@ from ..protocol import (
     has_diverged,
     zero_rows,
 )
-from ..validation import ConfigError, check_choice, check_device, check_number
-from .batched import train_batched
-from .loop import probe_loop, train_loop
-from .sampling import make_sampler
-from .schedule import LocalWork
-
-# the probe (each active client's full-data loss and gradient at the global model) is one autograd pass per client
-# (a forward pass only for the algorithms that use the losses alone):
-# measured faster than a padded vmap over the clients for both few large and many small clients
-ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop)}
-DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
-
-
-def register_engine(name: str, train, probe) -> None:
-    """Add an engine: ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)``
-    and ``probe(task, x0, clients, samples, seed, round, gradient=) -> (losses [K], grads [K, P] or None)``."""
-    ENGINES[name] = (train, probe)
+from .tasks import Task
+from .validation import ConfigError, check_choice, check_device, check_number
 
 
 def _check_run_arguments(task, algorithm, local, init, extra_metrics):
-    from ..algorithms.base import is_engine_algorithm
-    from ..tasks import Task
-
     if not isinstance(task, Task):
         raise ConfigError(f"task must be a fedcompanion Task (see fc.tasks), got {type(task).__name__}")
     if isinstance(algorithm, str):

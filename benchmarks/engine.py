@@ -16,7 +16,7 @@ the start cannot inflate the percentages). Every line names the CPU. Writes ``be
 
 Columns: ``batched`` and ``loop`` are ``fc.run(..., engine=...)`` (FedAvg and FedVRA; on a CPU the batched engine
 runs each client on one thread, ``fedcompanion.engine.clientwise``); ``batched products`` (CPU only) is the batched
-engine with its products over all clients, as on a GPU (``batched.CLIENTWISE = False``); ``plain torch`` is the same
+engine with its products over all clients, as on a GPU (``engine="batched-products"``); ``plain torch`` is the same
 FedAvg round (the same sampled clients) written as a plain ``nn.Module`` + ``torch.optim.SGD`` loop over the clients,
 run as one process per core with one thread each (its fair use of the machine: one process runs as fast on one thread
 as on two), the round's clients shared between them;
@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 
 import fedcompanion as fc
-from fedcompanion.engine import batch_indices, batched
+from fedcompanion.engine import batch_indices
 from fedcompanion.machine import describe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +65,10 @@ def _sync(device: str) -> None:
 def engine_round_rate(task, m, algorithm, hp, engine, rounds, device, clientwise=True) -> float:
     """Rounds per second of ``fc.run`` (evaluation excluded: its timing counts computation only); ``clientwise=False``:
     the batched engine's products over clients on a CPU too (its GPU path)."""
-    before, batched.CLIENTWISE = batched.CLIENTWISE, clientwise
-    try:
-        result = fc.run(task, fc.make(algorithm, **hp), rounds, m, seed=1, engine=engine, lr=0.05,
-                        local=fc.LocalWork(epochs=1.0, batch_size=32), per_client_metrics=False, eval_every=10**6,
-                        device=device)
-    finally:
-        batched.CLIENTWISE = before
+    engine = "batched-products" if engine == "batched" and not clientwise else engine
+    result = fc.run(task, fc.make(algorithm, **hp), rounds, m, seed=1, engine=engine, lr=0.05,
+                    local=fc.LocalWork(epochs=1.0, batch_size=32), per_client_metrics=False, eval_every=10**6,
+                    device=device)
     return rounds / float(result.timing.compute_time.iloc[-1])
 
 

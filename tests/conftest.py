@@ -10,10 +10,10 @@ from fedcompanion.models import Centroids
 
 @pytest.fixture(params=["clientwise", "products"])
 def mlp_path(request, monkeypatch):
-    """The batched engine's two paths for MLPs on a CPU: each client in a thread (the default) and the products
-    batched over clients (a GPU's). The test fails if its runs never took the path."""
-    monkeypatch.setattr(batched, "CLIENTWISE", request.param == "clientwise")
-    name = "clientwise_steps" if request.param == "clientwise" else "_mlp_steps"
+    """The batched engine's two MLP kernels, as the engine name that runs it (``"batched-clientwise"``, each
+    client in a thread, what ``"batched"`` takes on a CPU; ``"batched-products"``, the products batched over
+    clients, a GPU's). The test fails if its runs never reached the kernel."""
+    name = "clientwise_steps" if request.param == "clientwise" else "mlp_steps"
     original, calls = getattr(batched, name), []
 
     def counted(*args, **kwargs):
@@ -21,8 +21,8 @@ def mlp_path(request, monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(batched, name, counted)
-    yield request.param
-    assert calls, f"no run took the {request.param} path"
+    yield f"batched-{request.param}"
+    assert calls, f"no run took the {request.param} kernel"
 
 
 @pytest.fixture(scope="session")

@@ -60,8 +60,9 @@ def test_adafedadam_with_alpha_0_and_one_full_step_is_adam(logistic):
 
 
 def _reference_adafedadam(updates, grad_norms, losses, initial, sizes, lr_local, alpha, weighting, warmup, steps,
-                          server_lr=1e-3, betas=(0.9, 0.999), eps=1e-8, p=3):
-    """An independent, coordinate-by-coordinate reading of the paper's Algorithm 1 in plain Python floats."""
+                          server_lr=1e-3, betas=(0.9, 0.999), eps=1e-8, p=3, normalise=True, certainty=True):
+    """An independent, coordinate-by-coordinate reading of the paper's Algorithm 1 in plain Python floats (its
+    ablations: ``normalise=False`` divides no update by eta'_k, ``certainty=False`` takes C = 1)."""
     x, m, v, b1, b2 = [0.0] * p, [0.0] * p, [0.0] * p, 1.0, 1.0
     for t in range(steps):
         k_all = range(len(updates[t]))
@@ -73,7 +74,9 @@ def _reference_adafedadam(updates, grad_norms, losses, initial, sizes, lr_local,
         else:
             raw = [sizes[k] * losses[t][k] for k in k_all]
         q = [r / sum(raw) for r in raw]
-        c = sum(q[k] * cert[k] for k in k_all)
+        c = sum(q[k] * cert[k] for k in k_all) if certainty else 1.0
+        if not normalise:
+            scale = [1.0] * len(scale)
         beta1, beta2 = betas[0] ** c, betas[1] ** c
         b1, b2 = b1 * beta1, b2 * beta2
         lr = server_lr * c if t + 1 > warmup else server_lr
@@ -103,6 +106,31 @@ def test_adafedadam_server_step_matches_an_independent_reading(weighting, warmup
                                  t64(sizes), 0.01)
     assert np.allclose(state.x.numpy(), expected, rtol=1e-12, atol=1e-15)
     assert state.opt.step == steps and abs(state.opt.certainty - 1) > 0.1, "certainties other than 1 were exercised"
+
+
+@pytest.mark.parametrize("normalise,certainty", [(False, True), (True, False), (False, False)])
+def test_each_ablation_matches_the_independent_reading(normalise, certainty):
+    """The ablations of the three changes: without normalisation, without certainty, both (with alpha = 0 as
+    well, what is left is Adam with bias correction on the size-weighted mean update)."""
+    rng = np.random.default_rng(2)
+    steps, k, p = 7, 4, 3
+    updates = rng.normal(size=(steps, k, p)) * rng.uniform(0.1, 2, size=(steps, k, 1))
+    grad_norms, losses = rng.uniform(0.5, 3, size=(steps, k)), rng.uniform(0.2, 2, size=(steps, k))
+    initial, sizes = rng.uniform(1, 3, size=k), np.array([10.0, 25.0, 5.0, 12.0])
+    t64 = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    for alpha in (0.0, 1.5):
+        expected = _reference_adafedadam(updates.tolist(), grad_norms.tolist(), losses.tolist(), initial.tolist(),
+                                         sizes.tolist(), 0.01, alpha, "paper", 0, steps, normalise=normalise,
+                                         certainty=certainty)
+        algo = fc.make("adafedadam", alpha=alpha, normalise=normalise, certainty=certainty)
+        state = algo.init_server(None, torch.zeros(p, dtype=torch.float64))
+        for t in range(steps):
+            state = algo.server_step(state, t64(updates[t]), t64(grad_norms[t]), t64(losses[t]), t64(initial),
+                                     t64(sizes), 0.01)
+        assert np.allclose(state.x.numpy(), expected, rtol=1e-12, atol=1e-15)
+        assert (state.opt.certainty == 1.0) == (not certainty)
+    with pytest.raises(fc.ConfigError, match="normalise must be True or False"):
+        fc.make("adafedadam", normalise="no")
 
 
 def test_code_mode_scales_by_certainty_from_the_seventh_step_only():
@@ -316,5 +344,5 @@ def test_batched_engine_momentum_equals_the_loop_engine(carry, mlp_path):
     kw = dict(rounds=3, clients_per_round=5, seed=2, lr=0.05, local=work, per_client_metrics=False, eval_every=3)
     for name, hp in [("fedavg", {}), ("fedvra", {"gamma": 0.3}), ("adafedadam", {"alpha": 1.0})]:
         loop = fc.run(task, fc.make(name, **hp), engine="loop", **kw)
-        batched = fc.run(task, fc.make(name, **hp), engine="batched", **kw)
+        batched = fc.run(task, fc.make(name, **hp), engine=mlp_path, **kw)
         assert float((loop.params - batched.params).norm() / loop.params.norm()) < 1e-12, name

@@ -26,7 +26,7 @@ def mnist64():
 
 @pytest.mark.parametrize("name,hp", FAMILIES, ids=[f"{n}-{h}" for n, h in FAMILIES])
 def test_batched_matches_loop_on_mnist_mlp(mnist64, name, hp, mlp_path):
-    _batched_matches_loop(mnist64, name, hp)
+    _batched_matches_loop(mnist64, name, hp, mlp_path)
 
 
 def test_batched_matches_loop_with_per_client_gamma(mnist64):
@@ -34,11 +34,11 @@ def test_batched_matches_loop_with_per_client_gamma(mnist64):
     _batched_matches_loop(mnist64, "fedvra", {"gamma": [0.1 + 0.02 * i for i in range(30)]})
 
 
-def _batched_matches_loop(mnist64, name, hp):
+def _batched_matches_loop(mnist64, name, hp, engine="batched"):
     kw = dict(rounds=5, clients_per_round=6, seed=2, lr=0.05, local=fc.LocalWork(steps_range=(1, 6), batch_size=8),
               eval_every=5, per_client_metrics=False)
     loop = fc.run(mnist64, fc.make(name, **hp), engine="loop", **kw)
-    batched = fc.run(mnist64, fc.make(name, **hp), engine="batched", **kw)
+    batched = fc.run(mnist64, fc.make(name, **hp), engine=engine, **kw)
     assert float((loop.params - batched.params).norm() / loop.params.norm()) < 1e-10
     assert loop.metric("train_loss").iloc[-1] < loop.metric("train_loss").iloc[0]  # it did train
 
@@ -49,9 +49,10 @@ def test_offsets_of_every_form_match_the_loop_engine(mnist64, mlp_path, anchors,
     """c - rho z for each form of c (a [K, P] tensor, K rows, Negated rows, none) and of z (one for all, one per
     client): the batched engine's paths follow the loop engine, and a Negated c gives the numbers of the negated
     tensor."""
-    from fedcompanion.engine import train_batched, train_loop
+    from fedcompanion.engine import ENGINES, train_loop
     from fedcompanion.protocol import LocalObjective, Negated
 
+    train_batched = ENGINES[mlp_path][0]
     clients, k = torch.tensor([2, 5, 11, 17]), 4
     gen = torch.Generator().manual_seed(0)
     x0 = mnist64.init_params(0)
@@ -78,11 +79,10 @@ def test_offset_subtracted_block_by_block_gives_the_same_numbers(mnist64, monkey
     two clients in the first layer (784 x 16 float64 each) give bit for bit the numbers of one block of all six."""
     kw = dict(rounds=3, clients_per_round=6, seed=2, lr=0.05, local=fc.LocalWork(steps_range=(1, 6), batch_size=8),
               eval_every=3, per_client_metrics=False)
-    batched = importlib.import_module("fedcompanion.engine.batched")
-    monkeypatch.setattr(batched, "CLIENTWISE", False)
-    whole = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="batched", **kw)
-    monkeypatch.setattr(batched, "BLOCK_BYTES", 2 * 784 * 16 * 8)
-    blocks = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="batched", **kw)
+    products = importlib.import_module("fedcompanion.engine.products")
+    whole = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="batched-products", **kw)
+    monkeypatch.setattr(products, "BLOCK_BYTES", 2 * 784 * 16 * 8)
+    blocks = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="batched-products", **kw)
     loop = fc.run(mnist64, fc.make("fedvra", gamma=0.3), engine="loop", **kw)
     assert torch.equal(whole.params, blocks.params)
     assert float((loop.params - blocks.params).norm() / loop.params.norm()) < 1e-10
@@ -91,7 +91,7 @@ def test_offset_subtracted_block_by_block_gives_the_same_numbers(mnist64, monkey
 def test_batched_matches_loop_full_batch_unequal_sizes(lsq_sized, mlp_path):
     kw = dict(rounds=5, lr=0.05, local=fc.LocalWork(epochs=2.0, batch_size=None), per_client_metrics=False)
     loop = fc.run(lsq_sized, fc.make("fedvra", gamma=0.5), engine="loop", **kw)
-    batched = fc.run(lsq_sized, fc.make("fedvra", gamma=0.5), engine="batched", **kw)
+    batched = fc.run(lsq_sized, fc.make("fedvra", gamma=0.5), engine=mlp_path, **kw)
     assert torch.allclose(loop.params, batched.params, rtol=0, atol=1e-13)
 
 
@@ -99,7 +99,7 @@ def test_batched_float32_agrees_closely_for_one_round(small_mnist, mlp_path):
     kw = dict(rounds=1, clients_per_round=5, per_client_metrics=False, local=fc.LocalWork(steps=5))
     x0 = small_mnist.init_params(0)
     loop = fc.run(small_mnist, fc.make("fedavg"), engine="loop", **kw)
-    batched = fc.run(small_mnist, fc.make("fedavg"), engine="batched", **kw)
+    batched = fc.run(small_mnist, fc.make("fedavg"), engine=mlp_path, **kw)
     assert float((loop.params - batched.params).norm() / (loop.params - x0).norm()) < 1e-5
 
 
@@ -173,3 +173,20 @@ def test_loss_only_probe_gives_the_same_losses_bit_for_bit(small_mnist, samples)
     alone, none = fc.engine.probe_loop(small_mnist, x, clients, samples, seed=1, round=2, gradient=False)
     assert torch.equal(losses, alone) and none is None and grads.shape == (3, small_mnist.num_params)
     assert fc.make("qfedavg").probe_gradient is False and fc.make("adafedadam").probe_gradient is True
+
+
+def test_kernels_are_chosen_by_argument(mnist64):
+    """``"batched"`` on a CPU is the clientwise kernel, bit for bit; a kernel that cannot run the objective (one
+    proximal weight per client) is refused by name, and ``"autograd"`` runs it."""
+    from fedcompanion.engine import train_batched
+
+    kw = dict(rounds=2, clients_per_round=4, seed=3, lr=0.05, local=fc.LocalWork(steps=3, batch_size=8),
+              eval_every=2, per_client_metrics=False)
+    auto = fc.run(mnist64, fc.make("fedavg"), engine="batched", **kw)
+    clientwise = fc.run(mnist64, fc.make("fedavg"), engine="batched-clientwise", **kw)
+    assert torch.equal(auto.params, clientwise.params)
+    per_client = fc.make("fedvra", gamma=[0.1 + 0.01 * i for i in range(30)])
+    with pytest.raises(fc.ConfigError, match="'products' kernel needs"):
+        fc.run(mnist64, per_client, engine="batched-products", **kw)
+    with pytest.raises(fc.ConfigError, match="kernel"):
+        train_batched(mnist64, None, [0], seed=0, round=0, batch_size=8, kernel="fused")

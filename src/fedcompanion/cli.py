@@ -28,6 +28,7 @@ import itertools
 import sys
 from pathlib import Path
 
+from .logs import configure as configure_logging
 from .validation import ConfigError
 
 TOP_KEYS = ("base", "grid", "experiments")
@@ -202,6 +203,7 @@ def _root() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line's entry point; a ConfigError exits 2 with its message."""
+    configure_logging()
     parser = argparse.ArgumentParser(prog="fedcompanion", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one experiment or a sweep from a YAML file")

@@ -51,13 +51,18 @@ class AdaFedAdam(ServerOptimized):
     """AdaFedAdam. Hyperparameters: ``alpha`` >= 0 (fairness), ``server_lr`` eta, ``betas``, ``eps``,
     ``warmup_steps`` (server steps before the step is scaled by C), ``weighting`` (``'paper'`` or ``'code'``) and
     ``probe_samples`` (``None``: F_k(x^t) and grad F_k(x^t) on the client's full data; the code: 512). Client
-    state: F_k(x^0)."""
+    state: F_k(x^0).
+
+    For an ablation of its three changes to FedAdam: ``normalise=False`` aggregates the raw updates Delta_k
+    instead of U_k = Delta_k / eta'_k, ``certainty=False`` fixes C = 1 (plain Adam with step eta), and ``alpha=0``
+    drops the fairness weights (q_k = p_k)."""
 
     name = "adafedadam"
     needs_probe = True
 
     def __init__(self, alpha: float = 1.0, server_lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, warmup_steps: int = 0, weighting: str = "paper", probe_samples: int | None = None):
+                 eps: float = 1e-8, warmup_steps: int = 0, weighting: str = "paper", probe_samples: int | None = None,
+                 normalise: bool = True, certainty: bool = True):
         self.alpha = check_number("alpha", alpha, low=0.0)
         self.server_lr = check_number("server_lr", server_lr, low=0.0, low_open=True)
         self.betas = tuple(check_betas(betas))
@@ -66,6 +71,10 @@ class AdaFedAdam(ServerOptimized):
         self.weighting = check_choice("weighting", weighting, WEIGHTINGS)
         self.probe_samples = None if probe_samples is None else check_number("probe_samples", probe_samples, low=1,
                                                                             integer=True)
+        for name, value in (("normalise", normalise), ("certainty", certainty)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be True or False, got {value!r}")
+        self.normalise, self.certainty = normalise, certainty
 
     # ------------------------------------------------------------------ the server step, on its own
     def server_optimizer(self):
@@ -86,7 +95,8 @@ class AdaFedAdam(ServerOptimized):
             raise ConfigError("adafedadam needs gradient norms, initial losses and learning rates > 0 and losses >= 0")
         update_norms = updates.norm(dim=1)
         scale = update_norms / grad_norms  # eta'_k
-        normalised = updates / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None]
+        if self.normalise:
+            updates = updates / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None]
         certainty = torch.log(torch.where(scale > 0, scale, lrs) / lrs) + 1
         if self.weighting == "paper":
             q = sizes * (losses / initial) ** self.alpha
@@ -95,7 +105,8 @@ class AdaFedAdam(ServerOptimized):
         if not q.sum() > 0:
             raise ConfigError("adafedadam's aggregation weights are all zero (every participant's loss is 0)")
         q = q / q.sum()
-        g, c = q @ normalised, float(q @ certainty)  # g: the pseudo-gradient, a weighted mean of -Delta_k / eta'_k
+        g = q @ updates  # the pseudo-gradient, a weighted mean of -Delta_k / eta'_k (-Delta_k without normalise)
+        c = float(q @ certainty) if self.certainty else 1.0
         u, opt = self.server_optimizer().update(g, state.opt, certainty=c)
         return OptimizedServer(state.x + u, opt)
 

@@ -5,6 +5,8 @@ An engine is a pair ``train(task, objective, clients, seed=, round=, batch_size=
 in :data:`ENGINES`; :func:`fedcompanion.run` (the driver, :mod:`fedcompanion.driver`) chooses one by its ``engine``
 argument. The engines import the protocol, never an algorithm or the driver.
 """
+import functools
+
 from ..protocol import GLOBAL, LocalObjective, RunResult
 from .batched import train_batched
 from .loop import probe_loop, train_loop
@@ -14,7 +16,10 @@ from .schedule import LocalWork, batch_indices
 # the probe (each active client's full-data loss and gradient at the global model) is one autograd pass per client
 # (a forward pass only for the algorithms that use the losses alone):
 # measured faster than a padded vmap over the clients for both few large and many small clients
-ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop)}
+# "batched" picks the fastest of its kernels that applies; the other two name one (see .batched)
+ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop),
+           **{f"batched-{kernel}": (functools.partial(train_batched, kernel=kernel), probe_loop)
+              for kernel in ("clientwise", "products")}}
 DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
 
 

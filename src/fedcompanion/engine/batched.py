@@ -30,24 +30,30 @@ clients at a time, while their block is still in cache; with momentum, what is l
 the arithmetic, bounds small problems. That is the path on a GPU. On a CPU the same MLP steps run one client at a
 time per thread instead (:mod:`.clientwise`), each client's parameters staying in its core's cache over all its
 steps: faster than the batched products there for FedAvg and FedVRA (README's engine table, from
-``benchmarks/engine.py``; its ``batched products`` column sets ``CLIENTWISE = False``). Other models go through
-``torch.func.vmap`` and autograd.
+``benchmarks/engine.py``; its ``batched products`` column runs ``engine="batched-products"``). Other models go
+through ``torch.func.vmap`` and autograd.
+
+One statement of the step, three kernels with one signature, chosen by ``train_batched``'s ``kernel`` argument (as
+torch.optim chooses between its single-tensor, ``foreach`` and ``fused`` kernels): ``"clientwise"`` and
+``"products"`` (MLPs only) and ``"autograd"`` (any model); ``"auto"`` takes the fastest that applies. The driver's
+engines ``"batched"``, ``"batched-clientwise"`` and ``"batched-products"`` are this function with ``"auto"`` and the
+two MLP kernels.
 """
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 from torch.func import functional_call, vmap
 
 from ..protocol import LocalObjective
-from .clientwise import OUTPUT_GRADIENT_LOSSES, clientwise_steps, output_gradient
+from ..validation import ConfigError, check_choice
+from .clientwise import OUTPUT_GRADIENT_LOSSES, clientwise_steps
+from .products import mlp_layers, mlp_steps
 from .schedule import batch_indices, batch_size_for
 
-CLIENTWISE = True  # on a CPU, an MLP's clients run one per thread (.clientwise); False: the batched products
+KERNELS = ("auto", "clientwise", "products", "autograd")
 
 
 def _layer_grads(task, params: dict, inputs, targets, weights, l2):
@@ -217,19 +223,30 @@ def _layer_tensors(task, objective: LocalObjective, plan: _Round) -> None:
 
 
 def train_batched(task, objective: LocalObjective, clients, *, seed: int, round: int,
-                  batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Batched engine: returns x_k^{Q_k} [K, P] and the final momentum buffers (``None`` without momentum)."""
+                  batch_size: int | None, kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Batched engine: returns x_k^{Q_k} [K, P] and the final momentum buffers (``None`` without momentum).
+
+    ``kernel``: ``"auto"`` (on a CPU, an MLP's clients one per thread; on a GPU, its products batched over the
+    clients; any other model through autograd), or one of them by name: ``"clientwise"`` (CPU) and ``"products"``
+    need an MLP with a cross-entropy, logistic or squared loss and one step size, proximal weight, loss scale and
+    l2 for all clients; ``"autograd"`` takes anything."""
+    check_choice("kernel", kernel, KERNELS)
     if len(clients) == 0:
         return objective.start.clone(), (objective.start.clone() if objective.momentum != 0 else None)
     plan = _prepare(task, objective, clients, seed, round, batch_size)
     layers = mlp_layers(task.model)
     fused = layers is not None and task.loss.name in OUTPUT_GRADIENT_LOSSES and all(
         _uniform(v) for v in (plan.lr, plan.scale, plan.prox, plan.l2))
-    if fused and CLIENTWISE and task.x_all.device.type == "cpu":
+    on_cpu = task.x_all.device.type == "cpu"
+    if kernel in ("clientwise", "products") and not (fused and (on_cpu or kernel == "products")):
+        raise ConfigError(f"the {kernel!r} kernel needs an MLP with a cross-entropy, logistic or squared loss, one "
+                         "step size, proximal weight, loss scale and l2 for all clients"
+                         + (" and a CPU" if kernel == "clientwise" else "") + "; kernel='autograd' takes any model")
+    if kernel == "clientwise" or (kernel == "auto" and fused and on_cpu):
         return clientwise_steps(task, objective, plan, layers)
     _layer_tensors(task, objective, plan)
-    if fused:
-        _mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
+    if fused and kernel != "autograd":
+        mlp_steps(task, plan, layers, objective.momentum, objective.weight_decay)
     else:
         _autograd_steps(task, plan, objective.momentum, objective.weight_decay)
     return _flat(plan.params, plan.order), (None if plan.buffers is None else _flat(plan.buffers, plan.order))
@@ -266,132 +283,3 @@ def _autograd_steps(task, plan: _Round, momentum: float, decay: float) -> None:
                 p.sub_(d, alpha=float(lr[0]))
             else:
                 p.sub_(d.mul_(_per_client(lr[:n], d)))  # in place: p is a view of params
-
-
-def mlp_layers(model: nn.Module) -> list[tuple[str, str | None]] | None:
-    """[(weight name, bias name or None)] per Linear layer if ``model`` is an MLP the fused path handles
-    (``Sequential`` of an optional ``Flatten``, then ``Linear`` layers separated by ``ReLU``); else ``None``."""
-    if not isinstance(model, nn.Sequential):
-        return None
-    modules = list(model.named_children())
-    if modules and isinstance(modules[0][1], nn.Flatten) and modules[0][1].start_dim == 1:
-        modules = modules[1:]
-    if not modules or len(modules) % 2 != 1:
-        return None
-    layers = []
-    for j, (name, module) in enumerate(modules):
-        if j % 2 == 0 and isinstance(module, nn.Linear):
-            layers.append((f"{name}.weight", None if module.bias is None else f"{name}.bias"))
-        elif j % 2 == 1 and type(module) is nn.ReLU:
-            continue
-        else:
-            return None
-    return layers
-
-
-def _mlp_steps(task, plan: _Round, layers, momentum: float, weight_decay: float) -> None:
-    """Local steps of an MLP with every client sharing eta, s, rho and mu_i: forward and backward passes as
-    batched products, each weight and bias update fused into its gradient's product (a bias gradient is
-    delta^T 1).
-
-    Without momentum, x <- (1 - eta decay) x - eta s g is the product; then x <- x - eta o (o: the offset), block
-    by block (:func:`_product_then_offset`). With momentum, b <- mu b + s g is the product; then
-    b <- b + decay x + o and x <- x - eta b."""
-    lr, s, decay = plan.shared_coefficients(weight_decay)
-    loss = task.loss.name
-    inputs = task.x_all.reshape(len(task.x_all), -1)
-    ones = plan.weights.new_ones(len(plan.steps), plan.weights.shape[2], 1)
-    views = _LiveViews(plan, layers)
-    for t, n in enumerate(plan.live_counts):
-        a, y = plan.batch(t, n, inputs)
-        params, buffers, offsets = views(n)
-        delta, acts = _mlp_forward(params, a, y, plan.weights[:n, t], loss)
-        for j in range(len(params) - 1, -1, -1):
-            weight, bias = params[j]
-            # the gradient for the layer below, with this layer's weights before their update
-            below = _relu_backward(torch.bmm(delta, weight), acts[j]) if j > 0 else None
-            delta_t = delta.transpose(1, 2)
-            products = ((delta_t, acts[j]), (delta_t, ones[:n]))
-            if buffers is None:
-                for target, product, offset in zip(params[j], products, offsets[j] if offsets else (None, None)):
-                    if target is not None:
-                        _product_then_offset(target, product, offset, beta=1 - lr * decay, alpha=-lr * s, lr=lr)
-            else:
-                for target, product in zip(buffers[j], products):
-                    if target is not None:
-                        target.baddbmm_(*product, beta=momentum, alpha=s)
-            delta = below
-        if buffers is not None:
-            _momentum_updates(views.flat(n), lr, decay)
-
-
-def _mlp_forward(params, a, y, weights, loss: str):
-    """Forward pass of the first n clients' MLPs; returns d loss / d output and each layer's input."""
-    acts = []
-    for j, (weight, bias) in enumerate(params):
-        acts.append(a)
-        w = weight.transpose(1, 2)
-        a = torch.bmm(a, w) if bias is None else torch.baddbmm(bias.transpose(1, 2), a, w)
-        if j + 1 < len(params):
-            a = a.clamp_min_(0)
-    return output_gradient(a, y, weights, loss), acts
-
-
-def _relu_backward(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-    """grad where the ReLU's output is positive, else 0 (one kernel)."""
-    return torch.ops.aten.threshold_backward(grad, output, 0)
-
-
-BLOCK_BYTES = 8 << 20  # a few clients' layer, small enough to stay in cache between the product and the offset
-
-
-def _product_then_offset(target, product, offset, *, beta: float, alpha: float, lr: float) -> None:
-    """target <- beta target + alpha (left @ right), then target <- target - lr offset (no offset: the product
-    alone), a block of clients at a time: each block is still in cache when its offset is subtracted, where one
-    pass over all n clients (40 MB for 50 clients' first MNIST layer) would read it back from memory. Each client's
-    matrices go through the same two operations as in one call of each, so the numbers are the same."""
-    left, right = product
-    if offset is None:
-        target.baddbmm_(left, right, beta=beta, alpha=alpha)
-        return
-    width = max(1, BLOCK_BYTES // (math.prod(target.shape[1:]) * target.element_size()))
-    for lo in range(0, len(target), width):
-        block = target[lo : lo + width]
-        block.baddbmm_(left[lo : lo + width], right[lo : lo + width], beta=beta, alpha=alpha)
-        block.add_(offset[lo : lo + width], alpha=-lr)
-
-
-def _momentum_updates(flat: tuple, lr: float, decay: float) -> None:
-    """With momentum, the part of a step outside the products, over every layer at once (lists of [n, ...] views):
-    b <- b + decay x + o, x <- x - eta b."""
-    params, buffers, offset = flat
-    if decay:
-        torch._foreach_add_(buffers, params, alpha=decay)
-    if offset is not None:
-        torch._foreach_add_(buffers, offset)
-    torch._foreach_add_(params, buffers, alpha=-lr)
-
-
-class _LiveViews:
-    """Views of the first n clients' parameters, momentum buffers and offsets, made once per n: per layer
-    (weight [n, out, in], bias [n, out, 1] or None), and (:meth:`flat`, for the momentum updates) as flat lists."""
-
-    def __init__(self, plan: _Round, layers):
-        self.plan, self.layers, self.cache, self.flat_cache = plan, layers, {}, {}
-
-    def _layer_views(self, tensors: dict | None, n: int):
-        if tensors is None:
-            return None
-        return [(tensors[w][:n], None if b is None else tensors[b][:n].unsqueeze(-1)) for w, b in self.layers]
-
-    def __call__(self, n: int):
-        if n not in self.cache:
-            plan = self.plan
-            self.cache[n] = [self._layer_views(d, n) for d in (plan.params, plan.buffers, plan.offset)]
-        return self.cache[n]
-
-    def flat(self, n: int):
-        if n not in self.flat_cache:
-            self.flat_cache[n] = tuple(None if v is None else [x for pair in v for x in pair if x is not None]
-                                       for v in self(n))
-        return self.flat_cache[n]

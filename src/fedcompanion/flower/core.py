@@ -19,10 +19,12 @@ from ..algorithms import make
 from ..driver import Recorder, Schedule, client_work, initial_state
 from ..engine import LocalWork
 from ..experiments import METRICS, ExperimentConfig, build_task
+from ..logs import LOGGER
+from ..logs import configure as configure_logging
 from ..protocol import ActiveClients, RoundInfo, RunResult, State, floats, has_diverged
 from ..validation import ConfigError
 
-log = logging.getLogger("fedcompanion.flower")
+log = logging.getLogger(f"{LOGGER}.flower")
 STATE_KEY = "fedcompanion"  # the client's own state in Flower's context.state
 
 
@@ -240,6 +242,7 @@ def server_app(configs: list[ExperimentConfig] | None = None, sink: list | None 
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        configure_logging()
         timeout = float(context.run_config.get("round-timeout", 300.0))
         connect = float(context.run_config.get("connect-timeout", 120.0))
         output = context.run_config.get("output", "")

@@ -120,8 +120,10 @@ def default_experiment(app: Path = APP) -> str:
 def main(argv: list[str] | None = None) -> int:
     """The command line (module docstring); returns the exit status."""
     from ..experiments import ExperimentConfig, build_task, load_result
+    from ..logs import configure as configure_logging
     from ..validation import ConfigError
 
+    configure_logging()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", default="", help="a file holding the experiment's JSON (default: the app's)")
     parser.add_argument("--output", default="results-flower", help="the results folder the run is stored in")

@@ -84,6 +84,19 @@ def test_every_method_gets_the_same_grid_shape_seeds_and_local_work():
             {"steps": 10, "batch_size": 32}, 10, ACC.task_args, 100)
 
 
+def test_other_contenders_get_the_same_protocol_with_their_fixed_switches():
+    """An ablation: one algorithm with a part switched off is a contender like any method, on the same grids."""
+    off = arena.Contender("adafedadam", {"server_lr": 0.001}, {"alpha": 1.0, "certainty": False})
+    contenders = {"AdaFedAdam": arena.METHODS["AdaFedAdam"], "no certainty": off}
+    specs = arena.specs(ACC, list(contenders), arena.Plan(), contenders)
+    assert specs["no certainty"].grid == specs["AdaFedAdam"].grid
+    c = specs["no certainty"].make(specs["no certainty"].default, 100)
+    assert c.algorithm == "adafedadam" and c.hyperparameters == {"server_lr": 0.001, "alpha": 1.0, "certainty": False}
+    assert c.label == "no certainty"
+    with pytest.raises(ConfigError, match="unknown arena algorithm 'FedAvg'"):
+        arena.check_names(["qsar"], ["FedAvg"], contenders)
+
+
 def test_bad_names_and_seeds_are_refused_by_name():
     with pytest.raises(ConfigError, match="unknown arena task 'cifar'"):
         arena.check_names(["cifar"], ["FedAvg"])
@@ -119,3 +132,6 @@ def test_make_reproduce_leaves_the_arena_to_its_own_target():
     assert [p.stem for p in selected("92_arena", "paper")] == ["92_arena"]
     assert "92_arena" in [p.stem for p in selected("", "smoke")]
     assert "arena:" in (ROOT / "Makefile").read_text() and "--only 92_arena" in (ROOT / "Makefile").read_text()
+    assert "06_ablation" not in paper
+    both = selected(["92_arena", "adafedadam/06_ablation"], "paper")
+    assert sorted(p.stem for p in both) == ["06_ablation", "92_arena"]

@@ -114,18 +114,21 @@ class Plan:
             raise ConfigError(f"the arena needs at least 2 evaluation seeds for an interval, got {list(self.seeds)}")
 
 
-def check_names(tasks, methods) -> tuple[list[str], list[str]]:
-    """The selection, checked against :data:`TASKS` and :data:`METHODS` (a bad name is named, with the choices)."""
-    for kind, names, known in (("task", tasks, TASKS), ("algorithm", methods, METHODS)):
+def check_names(tasks, methods, contenders: dict | None = None) -> tuple[list[str], list[str]]:
+    """The selection, checked against :data:`TASKS` and ``contenders`` (default :data:`METHODS`; a bad name is
+    named, with the choices)."""
+    for kind, names, known in (("task", tasks, TASKS), ("algorithm", methods, contenders or METHODS)):
         bad = [n for n in names if n not in known]
         if bad or not names:
             raise ConfigError(f"unknown arena {kind} {bad[0] if bad else '(none given)'!r}; choose from {list(known)}")
     return list(tasks), list(methods)
 
 
-def config(task: ArenaTask, method: str, setting: dict, seed: int, rounds: int, plan: Plan) -> ExperimentConfig:
-    """The run of ``method`` at ``setting`` (``lr`` plus its own hyperparameter) on ``task``."""
-    c = METHODS[method]
+def config(task: ArenaTask, method: str, setting: dict, seed: int, rounds: int, plan: Plan,
+           contenders: dict | None = None) -> ExperimentConfig:
+    """The run of ``method`` (a name of ``contenders``, default :data:`METHODS`) at ``setting`` (``lr`` plus its own
+    hyperparameter) on ``task``."""
+    c = (contenders or METHODS)[method]
     hp = {k: v for k, v in setting.items() if k != "lr"}
     return ExperimentConfig(task="dataset", task_args=dict(task.task_args), algorithm=c.algorithm,
                             hyperparameters={**hp, **c.fixed}, rounds=rounds,
@@ -135,12 +138,12 @@ def config(task: ArenaTask, method: str, setting: dict, seed: int, rounds: int, 
                             label=method)
 
 
-def specs(task: ArenaTask, methods: list[str], plan: Plan) -> dict[str, Spec]:
+def specs(task: ArenaTask, methods: list[str], plan: Plan, contenders: dict | None = None) -> dict[str, Spec]:
     """Every method's tuning grid: ``plan.points`` values over ``plan.decades`` decades around each default."""
-    out = {}
+    out, contenders = {}, contenders or METHODS
     for m in methods:
-        default = {"lr": task.lr, **METHODS[m].own}
-        out[m] = Spec(lambda s, seed, m=m: config(task, m, s, seed, plan.tune_rounds, plan),
+        default = {"lr": task.lr, **contenders[m].own}
+        out[m] = Spec(lambda s, seed, m=m: config(task, m, s, seed, plan.tune_rounds, plan, contenders),
                       {k: log_grid(v, plan.decades, plan.points) for k, v in default.items()}, default,
                       source="library default, tuned")
     return out
@@ -266,17 +269,19 @@ class Outcome:
 
 
 def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int | None = None,
-              refresh: bool = False) -> dict[str, Outcome]:
-    """Tune and evaluate ``methods`` on each of ``tasks`` (names of :data:`TASKS` and :data:`METHODS`)."""
-    tasks, methods = check_names(tasks, methods)
+              refresh: bool = False, contenders: dict[str, Contender] | None = None) -> dict[str, Outcome]:
+    """Tune and evaluate ``methods`` on each of ``tasks`` (names of :data:`TASKS` and of ``contenders``, by default
+    :data:`METHODS`; other contenders, e.g. one algorithm with parts of it switched off, get the same protocol)."""
+    tasks, methods = check_names(tasks, methods, contenders)
     out = {}
     for name in tasks:
         task = TASKS[name]
         sign = 1.0 if task.better == "higher" else -1.0
-        tuned = tune(specs(task, methods, plan), list(plan.tune_seeds),
+        tuned = tune(specs(task, methods, plan, contenders), list(plan.tune_seeds),
                      lambda frame, task=task, sign=sign: sign * mean_score(task.metric)(frame), results, jobs=jobs,
                      refresh=refresh)
-        finals = [config(task, m, tuned[m].setting, seed, plan.rounds, plan) for m in methods for seed in plan.seeds]
+        finals = [config(task, m, tuned[m].setting, seed, plan.rounds, plan, contenders)
+                  for m in methods for seed in plan.seeds]
         frame = sweep(finals, results, jobs=jobs, refresh=refresh)
         table = per_seed(frame, task, plan)
         diverged = [{"label": f"{name}: {m}", "seed": int(s), "round": None, "role": "evaluation"}

@@ -1,5 +1,5 @@
 """Execute the notebooks with papermill:
-``python -m fedcompanion.reproduce [--profile smoke] [--only text] [--parallel N]``.
+``python -m fedcompanion.reproduce [--profile smoke] [--only text ...] [--parallel N]``.
 
 Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` folder; its runs land in
 ``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
@@ -34,14 +34,16 @@ def notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
 
 # Notebooks with a make target of their own: at the paper profile `make reproduce` leaves them out (their runs would
 # take it past its time budget) and `--only NAME` (the target) runs them; the smoke profile runs every notebook.
-OWN_TARGET = {"92_arena": "make arena"}
+# The arena and the ablation that uses its protocol share `make arena`.
+OWN_TARGET = {"92_arena": "make arena", "06_ablation": "make arena"}
 
 
-def selected(only: str, profile: str, folder: Path = ROOT / "notebooks") -> list[Path]:
-    """The notebooks a reproduction executes: those whose path contains ``only``; without ``only`` at the paper
-    profile, every notebook but those of :data:`OWN_TARGET`."""
+def selected(only: str | list[str], profile: str, folder: Path = ROOT / "notebooks") -> list[Path]:
+    """The notebooks a reproduction executes: those whose path contains ``only`` (or one of several); without
+    ``only`` at the paper profile, every notebook but those of :data:`OWN_TARGET`."""
+    only = [only] if isinstance(only, str) and only else list(only or [])
     if only:
-        return [nb for nb in notebooks(folder) if only in str(nb)]
+        return [nb for nb in notebooks(folder) if any(text in str(nb) for text in only)]
     return [nb for nb in notebooks(folder) if profile != "paper" or not any(nb.stem.startswith(k) for k in OWN_TARGET)]
 
 
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")
-    parser.add_argument("--only", default="", help="run only notebooks whose path contains this")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only notebooks whose path contains this (repeat it for several)")
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
     parser.add_argument("--parallel", type=int, default=default_parallel(os.cpu_count() or 1),
                         help="notebooks executed at the same time, each with its share of the cores for its sweeps "
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     todo = selected(args.only, args.profile)
     if not todo:
-        print(f"error: --only {args.only!r} matches no notebook under notebooks/", file=sys.stderr)
+        print(f"error: --only {' '.join(args.only)!r} matches no notebook under notebooks/", file=sys.stderr)
         return 2
     out_dir = ROOT / "build" / ("reproduce" if args.profile == "paper" else "reproduce-smoke")
     results, figures = ROOT / "results", ROOT / "figures"

@@ -1,4 +1,5 @@
 """Tasks: losses, per-client evaluation and the optimum of convex tasks."""
+import pytest
 import torch
 
 import fedcompanion as fc
@@ -57,3 +58,14 @@ def test_client_value_and_grad_gives_torch_funcs_bits(small_mnist):
         l2 = float(small_mnist.client_l2[i])
         expected_grad, expected = torch.func.grad_and_value(small_mnist.loss_fn)(x, inputs, targets, l2)
         assert torch.equal(value, expected) and torch.equal(grad, expected_grad) and not value.requires_grad
+
+
+def test_a_task_is_frozen_and_replace_makes_a_checked_copy(lsq):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lsq.l2 = 1.0
+    other = dataclasses.replace(lsq, l2=0.5)
+    assert lsq.l2 == 0.0 and other.l2 == 0.5 and other.x_all is lsq.x_all
+    with pytest.raises(fc.ConfigError, match="l2"):
+        dataclasses.replace(lsq, l2=-1.0)

@@ -3,6 +3,7 @@ the CEADMM paper's heterogeneous least squares, Li et al.'s Synthetic(alpha, bet
 federated clustering; :data:`TASKS` names them and :func:`register_task` adds a user's own."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable
@@ -66,8 +67,7 @@ def federated_dataset_task(
     label = f"{dataset}/{partition_scheme}{_kw(partition_kwargs)}/{num_clients}/{model}{extra}"
     task = from_client_arrays(label, clients, net, loss, weights=weights, l2=l2, test=test, client_test=held,
                               dtype=dtype)
-    task.partition = parts  # kept for plots of the label mix
-    return task.to(device)
+    return dataclasses.replace(task, partition=parts).to(device)  # the partition: for plots of the label mix
 
 
 def least_squares_task(num_clients: int = 32, dim: int = 100, seed: int = 0, *, noise: float = 0.1,
@@ -149,16 +149,15 @@ def clustering_task(dataset: str = "mnist", num_clients: int = 100, partition_sc
     net = Centroids(num_clusters, x.shape[1])
     label = f"{dataset}-clustering/{partition_scheme}{_kw(partition_kwargs)}/{num_clients}/C={num_clusters}"
     task = from_client_arrays(label, clients, net, "cluster", weights="size")
-    task.partition = parts
-    task.labels = torch.cat([train.y[p] for p in parts])
-    task.test = ArrayDataset(test.x.flatten(1), test.y, test.num_classes)  # labelled: for clustering accuracy
+    points = task.x_all
 
     def random_points(run_seed: int) -> torch.Tensor:
-        pick = torch.randperm(len(task.x_all), generator=torch.Generator().manual_seed(run_seed))[:num_clusters]
-        return task.x_all[pick.to(task.device)].flatten()
+        pick = torch.randperm(len(points), generator=torch.Generator().manual_seed(run_seed))[:num_clusters]
+        return points[pick.to(points.device)].flatten()
 
-    task.initializer = random_points
-    return task.to(device)
+    return dataclasses.replace(  # the test set is labelled: for clustering accuracy
+        task, partition=parts, labels=torch.cat([train.y[p] for p in parts]), initializer=random_points,
+        test=ArrayDataset(test.x.flatten(1), test.y, test.num_classes)).to(device)
 
 
 TASKS = Registry("task")

@@ -45,9 +45,10 @@ class ClientSplit:
         return self.offsets[1:] - self.offsets[:-1]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Task:
-    r"""Everything an algorithm may know about a federated problem.
+    r"""Everything an algorithm may know about a federated problem. Frozen: a run, an algorithm or a builder that
+    wants another task makes one (``dataclasses.replace``, :meth:`to`), so nothing can change a task under a run.
 
     Attributes:
         name: short description used in results.
@@ -84,9 +85,10 @@ class Task:
     _shapes: list = field(init=False, repr=False)
 
     def __post_init__(self):
-        self.loss = get_loss(self.loss) if isinstance(self.loss, str) else self.loss
-        self.model = self.model.to(self.dtype)
-        self._shapes = [(n, p.shape, p.numel()) for n, p in self.model.named_parameters()]
+        set_ = functools.partial(object.__setattr__, self)  # (frozen: the constructor's own normalisation only)
+        set_("loss", get_loss(self.loss) if isinstance(self.loss, str) else self.loss)
+        set_("model", self.model.to(self.dtype))
+        set_("_shapes", [(n, p.shape, p.numel()) for n, p in self.model.named_parameters()])
         n = self.num_clients
         if len(self.x_all) != len(self.y_all) or int(self.offsets[-1]) != len(self.y_all):
             raise ConfigError(f"task {self.name!r}: {len(self.x_all)} feature rows, {len(self.y_all)} targets and "
@@ -193,12 +195,6 @@ class Task:
         if l2:
             value = value + 0.5 * l2 * (x * x).sum()
         return value
-
-    def layer_gradients(self, params: dict[str, torch.Tensor], inputs, targets) -> dict[str, torch.Tensor]:
-        """Gradient of the mean per-sample loss (no l2 term) with respect to each layer's parameters."""
-        leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
-        loss = self.loss.per_sample(functional_call(self.model, leaves, (inputs,)), targets).mean()
-        return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
 
     def client_loss(self, i: int, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """f_i(x) on client i's full data (or on its ``rows``)."""

@@ -12,7 +12,8 @@ per client. The stateful algorithms (FedVRA, SCAFFOLD) keep a dual or control va
 for the clients ever sampled (``protocol.ZeroRows``), so the state costs O(min(N, rounds x m) x P), not N x P (which
 would be 8.0 GB at N = 10,000 and 80 GB at N = 100,000 in float32).
 
-Prints one row per point (N, m, algorithm, task, peak RSS in GB, rounds/s, the client state's rows and GB) and
+Prints one row per point (N, m, algorithm, task, peak RSS in GB, rounds/s and the share of a round spent in local
+training, the client state's rows and GB) and
 writes ``benchmarks/results/scale.csv``, the plot ``docs/scale.png`` and the page ``docs/scale.md`` (the machine, the
 table, the plot).
 """
@@ -59,17 +60,29 @@ def point(n: int, m: int, algorithm: str, rounds: int) -> dict:
         kind = "synthetic"
     built = peak_rss_gb()
     local = fc.LocalWork(epochs=1, batch_size=32)
+    training = [0.0]  # seconds inside the engine's local training (the rest of a round: sampling, state, server)
+    train, probe = fc.engine.ENGINES["batched"]
+
+    def timed(*args, **kwargs):
+        tic = time.perf_counter()
+        out = train(*args, **kwargs)
+        training[0] += time.perf_counter() - tic
+        return out
+
+    fc.engine.register_engine("batched-timed", timed, probe)
     tic = time.perf_counter()
     result = fc.run(task, fc.make(algorithm), rounds=rounds, clients_per_round=m, seed=0, lr=0.05, local=local,
-                    eval_every=rounds, per_client_metrics=False, eval_train=False)
+                    eval_every=rounds, per_client_metrics=False, eval_train=False, engine="batched-timed")
     seconds = time.perf_counter() - tic
+    compute = float(result.timing.compute_time.iloc[-1])  # the rounds without the evaluations
     schedule = Schedule(task, "uniform", m, local, 0, 0.05)
     sampled = set().union(*(schedule.info(r).clients.tolist() for r in range(rounds)))
     rows = len(sampled) if algorithm in ("fedvra", "scaffold", "fedadmm", "feddyn") else 0
     p = task.num_params
     return {"N": n, "m": m, "algorithm": algorithm, "task": kind, "rounds": rounds, "status": result.status,
             "peak_rss_gb": round(peak_rss_gb(), 3), "task_rss_gb": round(built, 3),
-            "rounds_per_s": round(rounds / seconds, 3), "state_rows": rows,
+            "rounds_per_s": round(rounds / compute, 3), "training_share": round(training[0] / compute, 3),
+            "wall_s": round(seconds, 2), "state_rows": rows,
             "state_gb": round(rows * p * 4 / 2**30, 3), "dense_state_gb": round(n * p * 4 / 2**30, 2)}
 
 
@@ -108,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_page(table: pd.DataFrame, arguments: str) -> None:
-    """``docs/scale.png`` (peak RSS and rounds/s against N, one line per algorithm and m) and ``docs/scale.md``."""
+    """``docs/scale.png`` (peak RSS, rounds/s and the training share against N, one line per algorithm and m) and
+    ``docs/scale.md``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,30 +130,38 @@ def write_page(table: pd.DataFrame, arguments: str) -> None:
 
     from fedcompanion.machine import describe
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for (algorithm, m), group in table.groupby(["algorithm", "m"]):
         group = group.sort_values("N")
-        for ax, column in zip(axes, ("peak_rss_gb", "rounds_per_s")):
+        for ax, column in zip(axes, ("peak_rss_gb", "rounds_per_s", "training_share")):
             ax.plot(group.N, group[column], marker="o", label=f"{algorithm}, m = {m}")
     dense = table.drop_duplicates("N").sort_values("N")
     axes[0].plot(dense.N, dense.dense_state_gb, "k--", label="one dense N x P float32 state")
     axes[0].axhline(24, color="grey", lw=0.8)
     axes[0].text(dense.N.max(), 26, "this machine's 24 GiB", color="grey", fontsize=8, ha="right")
-    for ax, label in zip(axes, ("peak resident memory (GB)", "rounds per second")):
-        ax.set(xscale="log", yscale="log", xlabel="clients N", ylabel=label)
+    for ax, label in zip(axes, ("peak resident memory (GB)", "rounds per second (computation)",
+                                "share of a round in local training")):
+        ax.set(xscale="log", yscale="log" if ax is not axes[2] else "linear", xlabel="clients N", ylabel=label)
         ax.grid(alpha=0.3)
+    axes[2].set_ylim(0, 1)
+    axes[2].axhline(0.75, color="grey", lw=0.8, ls=":")
+    axes[2].text(table.N.min(), 0.77, "issue 33's target for FedVRA at m = 500", color="grey", fontsize=8)
     axes[0].legend(fontsize=7, loc="upper left")
     axes[0].set_ylim(top=400)
     fig.suptitle("MNIST MLP (P = 199,210), 5 rounds; N > 60,000: synthetic MNIST-shaped data, one sample a client")
     fig.tight_layout()
     fig.savefig(ROOT / "docs" / "scale.png", dpi=110)
-    columns = ["N", "m", "algorithm", "task", "peak_rss_gb", "rounds_per_s", "state_rows", "state_gb", "dense_state_gb"]
+    columns = ["N", "m", "algorithm", "task", "peak_rss_gb", "rounds_per_s", "training_share", "state_rows", "state_gb",
+               "dense_state_gb"]
     lines = ["# Scale: many clients on one machine", "",
              "Generated by `python benchmarks/scale.py " + arguments + "` (do not edit by hand). Machine: "
              + describe() + "; one torch thread.", "",
              "The stateful algorithms keep a dual (FedVRA) or a control variate (SCAFFOLD) per client. It is held only "
              "for the clients ever sampled (an unsampled client's row is one shared zero), so the state costs "
-             "`state_rows` x P floats, where a dense N x P block would cost `dense_state_gb`.", "",
+             "`state_rows` x P floats, where a dense N x P block would cost `dense_state_gb`. `rounds_per_s` counts "
+             "the rounds' computation (the two evaluations excluded); `training_share` is the part of it spent in the "
+             "engine's local training, the rest being the round outside it: sampling, gathering and replacing the "
+             "active clients' state, the uploads' [m, P] algebra and the server update.", "",
              "![peak memory and speed against N](scale.png)", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for _, row in table[columns].iterrows()]

@@ -63,12 +63,15 @@ class Scaffold(Algorithm):
 
     def client_update(self, task, received, clients, info, result):
         delta_y = delta(received, result)
+        old = clients.entries("c")
         if self.option == "I":
-            c_new = result.probe[1]
-        else:
-            scale = (info.steps.to(result.x) * info.lr)[:, None]
-            c_new = clients["c"] - received["c"] - delta_y / scale
-        return {"c": c_new}, {"delta_y": delta_y, "delta_c": c_new - clients["c"]}
+            c_new = tuple(result.probe[1].unbind(0))
+        else:  # row by row, each c_i^+ in memory of its own (the state keeps it): no [K, P] temporaries
+            scale = (info.steps.to(result.x) * info.lr).unbind(0)
+            c_new = tuple(torch.sub(c_i, received["c"]).sub_(torch.div(d, q)) for c_i, d, q in zip(old, delta_y, scale))
+        delta_c = torch.stack([torch.sub(new, c_i) for new, c_i in zip(c_new, old)]) if old else delta_y.new_empty(
+            delta_y.shape)
+        return {"c": c_new}, {"delta_y": delta_y, "delta_c": delta_c}
 
     def server_update(self, server, info, uploads):
         if len(info.clients) == 0:

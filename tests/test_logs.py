@@ -10,7 +10,8 @@ from fedcompanion import logs
 def clean_logger():
     logger = logging.getLogger(logs.LOGGER)
     saved = logger.handlers[:], logger.level, logger.propagate
-    logger.handlers = []
+    logger.handlers, logger.propagate = [], True  # as a fresh process has it (other tests may have configured it)
+    logger.setLevel(logging.NOTSET)
     yield logger
     logger.handlers, logger.propagate = saved[0], saved[2]
     logger.setLevel(saved[1])

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -23,7 +22,7 @@ from .memory import reuse_freed_memory
 from .metrics import fairness
 from .protocol import (
     DIVERGENCE_FACTOR,
-    GLOBAL,
+    History,
     LocalResult,
     RoundInfo,
     RunResult,
@@ -141,15 +140,14 @@ class Schedule:
                          self.task.weights.to(device, dtype))
 
 
-class Recorder:
-    """The evaluations of a run, as tidy rows (see :func:`run` for the metrics), and its timings."""
+class Recorder(History):
+    """The evaluations of a run (see :func:`run` for the metrics), recorded as its :class:`History`."""
 
     def __init__(self, task, extra_metrics: dict | None = None, per_client_metrics: bool = True,
                  eval_train: bool = True):
+        super().__init__()
         self.task, self.extra, self.per_client, self.eval_train = task, extra_metrics or {}, per_client_metrics, \
             eval_train
-        self.rows: list[tuple] = []
-        self.timing: list[tuple[int, float]] = []
         self.split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
 
     def evaluate(self, r: int, x: torch.Tensor, communication: dict, compute_time: float) -> float:
@@ -172,19 +170,12 @@ class Recorder:
         for name, fn in self.extra.items():
             values[name] = float(fn(x))
         values.update(communication)
-        self.rows.extend((r, GLOBAL, k, v) for k, v in values.items())
+        self.record(r, values, compute_time)
         if self.per_client and losses is not None:
             self.rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
             if task.loss.labelled:
                 self.rows.extend((r, i, "client_accuracy", v) for i, v in enumerate(accs.tolist()))
-        self.timing.append((r, compute_time))
         return values["train_loss" if self.eval_train else "test_loss"]
-
-    def result(self, x, status, diverged_round, wall_time) -> RunResult:
-        """The run's RunResult from what was recorded."""
-        history = pd.DataFrame(self.rows, columns=["round", "client", "metric", "value"])
-        timing = pd.DataFrame(self.timing, columns=["round", "compute_time"])
-        return RunResult(history, x, status, diverged_round, wall_time, timing)
 
 
 def run(

@@ -281,6 +281,30 @@ def has_diverged(loss: float, initial: float, factor: float | None = DIVERGENCE_
     return factor is not None and loss > factor * max(abs(initial), 1.0 if initial == 0 else abs(initial))
 
 
+class History:
+    """A run's history as it is recorded, for ``fc.run`` and the ADMM family's solvers alike: tidy rows
+    ``(round, client, metric, value)`` and the seconds of computation up to each recorded round."""
+
+    def __init__(self):
+        self.rows: list[tuple] = []
+        self.timing: list[tuple[int, float]] = []
+
+    def record(self, r: int, values: Mapping[str, float], compute_time: float | None = None,
+               client: int = GLOBAL) -> None:
+        """Round r's ``values`` (of the global model, or of ``client``) and, if given, its computation time."""
+        self.rows.extend((r, client, name, value) for name, value in values.items())
+        if compute_time is not None:
+            self.timing.append((r, compute_time))
+
+    def result(self, x: torch.Tensor, status: str, diverged_round: int | None, wall_time: float) -> RunResult:
+        """The :class:`RunResult` of what was recorded."""
+        import pandas as pd
+
+        history = pd.DataFrame(self.rows, columns=["round", "client", "metric", "value"])
+        timing = pd.DataFrame(self.timing, columns=["round", "compute_time"])
+        return RunResult(history, x, status, diverged_round, wall_time, timing)
+
+
 @dataclass
 class RunResult:
     """What a run (``fc.run`` or an ADMM-family ``solve``) produced.

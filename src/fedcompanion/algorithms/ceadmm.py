@@ -51,11 +51,10 @@ from __future__ import annotations
 import math
 import time
 
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..protocol import DIVERGENCE_FACTOR, GLOBAL, RunResult, has_diverged
+from ..protocol import DIVERGENCE_FACTOR, History, RunResult, has_diverged
 from ..validation import ConfigError, check_choice, check_device, check_number
 from .admm_blocks import ClientBlocks, batched_cg, bmv
 from .base import register
@@ -212,8 +211,8 @@ class ConsensusADMM:
         pi = torch.zeros_like(x)
         grad_x = b.evaluate(x)[1]
         cache: dict = {}
-        values = torch.full((iterations, len(METRICS)), float("nan"), dtype=torch.float64)
-        recorded, compute_times = [], []
+        names = METRICS if task.test is not None else METRICS[:-1]
+        history = History()
         comm, status, diverged_round, first_f = 0, "ok", None, None
         compute, f_y, grad_sq_y, accuracy = 0.0, math.nan, math.nan, math.nan
         for k in tqdm(range(iterations), desc=self.name, disable=not progress, leave=False):
@@ -243,22 +242,15 @@ class ConsensusADMM:
             if record:
                 f_big_x, gap = b.weights @ f_x, x - y
                 lagrangian = f_big_x + (pi * gap).sum() + 0.5 * (sigma * (gap * gap).sum(1)).sum()
-                values[k] = torch.tensor([f_y, float(f_big_x), float(lagrangian), grad_sq_y, comm, accuracy],
-                                         dtype=torch.float64)
-                recorded.append(k)
-                compute_times.append(compute)
+                values = (f_y, float(f_big_x), float(lagrangian), grad_sq_y, float(comm), accuracy)
+                history.record(k + 1, dict(zip(names, values)), compute)
             if stop:
                 if tol is not None and grad_sq_y < tol:
                     status = "converged"
                 else:
                     status, diverged_round = "diverged", k + 1
                 break
-        names = METRICS if task.test is not None else METRICS[:-1]
-        table = values[recorded, : len(names)].numpy()
-        rows = [(k + 1, GLOBAL, name, float(v)) for k, row in zip(recorded, table) for name, v in zip(names, row)]
-        history = pd.DataFrame(rows, columns=["round", "client", "metric", "value"])
-        timing = pd.DataFrame({"round": [k + 1 for k in recorded], "compute_time": compute_times})
-        return RunResult(history, y.to(task.dtype), status, diverged_round, time.perf_counter() - wall, timing)
+        return history.result(y.to(task.dtype), status, diverged_round, time.perf_counter() - wall)
 
 
 @register

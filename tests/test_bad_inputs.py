@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import fedcompanion as fc
+from fedcompanion import arena, verdict
 from fedcompanion.data import DataError
-from fedcompanion.experiments import ExperimentConfig, sweep
+from fedcompanion.experiments import ExperimentConfig, Spec, log_grid, sweep, tune
 from fedcompanion.validation import ConfigError
 
 
@@ -185,6 +186,105 @@ CASES = [
     ("sweep of something else", lambda t: sweep([{"task": "dataset"}], "build/never"), ConfigError,
      "configs must be a list of ExperimentConfig"),
     ("sweep jobs 0", lambda t: sweep([], "build/never", jobs=0), ConfigError, "jobs must be >= 1"),
+    # ---- second pass: the arena, tuning, verdicts, configs, each algorithm's own checks, kernels, builders, notebooks
+    # arena
+    ("arena plan: overlapping seeds", lambda t: arena.Plan(seeds=(0, 1), tune_seeds=(0, 5)), ConfigError, "disjoint"),
+    ("arena plan: one evaluation seed", lambda t: arena.Plan(seeds=(0,)), ConfigError, "at least 2 evaluation seeds"),
+    ("arena plan: rounds 0", lambda t: arena.Plan(rounds=0), ConfigError, "rounds"),
+    ("arena plan: tune_rounds 0", lambda t: arena.Plan(tune_rounds=0), ConfigError, "tune_rounds"),
+    ("arena plan: points 1", lambda t: arena.Plan(points=1), ConfigError, "points"),
+    ("arena plan: decades 0", lambda t: arena.Plan(decades=0.0), ConfigError, "decades"),
+    ("arena plan: clients_per_round 0", lambda t: arena.Plan(clients_per_round=0), ConfigError, "clients_per_round"),
+    ("arena plan: local_steps 0", lambda t: arena.Plan(local_steps=0), ConfigError, "local_steps"),
+    ("arena: no methods", lambda t: arena.check_names(["qsar"], []), ConfigError, "none given"),
+    ("arena: no tasks", lambda t: arena.check_names([], ["FedAvg"]), ConfigError, "none given"),
+    ("arena contender: unknown algorithm",
+     lambda t: arena.run_arena(["qsar"], ["X"], arena.Plan(), "build/never",
+         contenders={"X": arena.Contender("fedsgd", {"lr": 1.0})}),
+     ConfigError, "fedsgd"),
+    # tuning
+    ("log_grid centre 0", lambda t: log_grid(0.0), ConfigError, "centre > 0"),
+    ("log_grid one point", lambda t: log_grid(1.0, points=1), ConfigError, "points >= 2"),
+    ("log_grid decades negative", lambda t: log_grid(1.0, decades=-1), ConfigError, "decades > 0"),
+    ("tune with one seed", lambda t: tune({"a": None}, [0], None, "build/never"), ConfigError, "at least 2 seeds"),
+    ("tune: default outside its grid",
+     lambda t: tune({"a": Spec(lambda s, seed: _cfg(seed=seed), {"lr": [0.1, 0.2]}, {"lr": 0.5})}, [0, 1], None,
+         "build/never"),
+     ConfigError, "not in its grid"),
+    ("tune: extend negative", lambda t: tune({"a": None}, [0, 1], None, "build/never", extend=-1),
+     ConfigError, "extend"),
+    ("tune: margin negative", lambda t: tune({"a": None}, [0, 1], None, "build/never", margin=-0.1),
+     ConfigError, "margin"),
+    ("tune: nothing to tune", lambda t: tune({}, [0, 1], None, "build/never"), ConfigError, "at least one method"),
+    # verdict
+    ("paired: unequal lengths", lambda t: verdict.paired("s", "q", "m", "higher", [1, 2], [1], [0, 1]).word(),
+     ValueError, "values"),
+    ("paired: unknown direction", lambda t: verdict.paired("s", "q", "m", "up", [1, 2], [1, 2], [0, 1]),
+     ValueError, "better"),
+    ("identity: negative tolerance", lambda t: verdict.identity("s", "q", 0.0, -1.0), ValueError, "tolerance"),
+    ("decide: no evidence", lambda t: verdict.decide([]), ValueError, "evidence"),
+    ("paired: holds_if unknown",
+     lambda t: verdict.paired("s", "q", "m", "higher", [1, 2], [1, 2], [0, 1], holds_if="maybe"),
+     ValueError, "holds_if"),
+    # config
+    ("config: rounds negative", lambda t: _cfg(rounds=-1), ConfigError, "rounds"),
+    ("config: lr inf", lambda t: _cfg(lr=float("inf")), ConfigError, "lr"),
+    ("config: local not a dict", lambda t: _cfg(local=[1]), ConfigError, "local"),
+    ("config: metrics not a list", lambda t: _cfg(metrics="suboptimality"), ConfigError, "metrics"),
+    ("config: eval_train not a bool", lambda t: _cfg(eval_train="yes"), ConfigError, "eval_train"),
+    ("config: save_params not a bool", lambda t: _cfg(save_params=1), ConfigError, "save_params"),
+    ("config: clients_per_round 0", lambda t: _cfg(clients_per_round=0), ConfigError, "clients_per_round"),
+    ("config: seed a float", lambda t: _cfg(seed=1.5), ConfigError, "seed"),
+    ("config: divergence_factor 0.5", lambda t: _cfg(divergence_factor=0.5), ConfigError, "divergence_factor"),
+    ("config: unknown engine", lambda t: _cfg(engine="gpu"), ConfigError, "engine"),
+    ("config: engine kernel misspelled", lambda t: _cfg(engine="batched-product"), ConfigError, "engine"),
+    ("config: algorithm not a str", lambda t: _cfg(algorithm=3), ConfigError, "algorithm"),
+    ("config: label not a str", lambda t: _cfg(label=3), ConfigError, "label"),
+    # algorithms
+    ("fedavgm momentum 1", lambda t: fc.make("fedavgm", momentum=1.0), ConfigError, "momentum"),
+    ("fedprox mu negative", lambda t: fc.make("fedprox", mu=-0.1), ConfigError, "mu"),
+    ("feddyn alpha 0", lambda t: fc.make("feddyn", alpha=0.0), ConfigError, "alpha"),
+    ("fedadmm gamma negative", lambda t: fc.make("fedadmm", gamma=-1.0), ConfigError, "gamma"),
+    ("qfedavg q a str", lambda t: fc.make("qfedavg", q="1"), ConfigError, "q"),
+    ("fedmgda epsilon negative", lambda t: fc.make("fedmgda+", epsilon=-0.1), ConfigError, "epsilon"),
+    ("fednova server_lr 0", lambda t: fc.make("fednova", server_lr=0.0), ConfigError, "server_lr"),
+    ("fedyogi tau negative", lambda t: fc.make("fedyogi", tau=-1e-3), ConfigError, "tau"),
+    ("adafedadam normalise not a bool", lambda t: fc.make("adafedadam", normalise=1), ConfigError, "normalise"),
+    ("adafedadam certainty not a bool", lambda t: fc.make("adafedadam", certainty="off"), ConfigError, "certainty"),
+    ("adafedadam probe_samples 0", lambda t: fc.make("adafedadam", probe_samples=0), ConfigError, "probe_samples"),
+    ("fedvra aggregation stepsize a word", lambda t: fc.make("fedvra", aggregation_stepsize="probability"),
+     ConfigError, "aggregation_stepsize"),
+    ("fedavg server_lr negative", lambda t: fc.make("fedavg", server_lr=-1.0), ConfigError, "server_lr"),
+    ("ceadmm local_solver unknown", lambda t: fc.make("ceadmm", local_solver="lu"), ConfigError, "local_solver"),
+    ("iceadmm gram_r 0", lambda t: fc.make("iceadmm", gram_r=0.0), ConfigError, "gram_r"),
+    # engines
+    ("batched kernel unknown", lambda t: fc.run(t, fc.make("fedavg"), 1, engine="batched-fused"),
+     ConfigError, "engine"),
+    ("products kernel on least squares with per-client lr",
+     lambda t: fc.engine.train_batched(t, None, [0], seed=0, round=0, batch_size=None, kernel="fast"),
+     ConfigError, "kernel"),
+    # task builders
+    ("dataset task: 0 clients", lambda t: fc.tasks.federated_dataset_task("mnist", 0), ConfigError, "num_clients"),
+    ("least squares: dim 0", lambda t: fc.tasks.least_squares_task(num_clients=4, dim=0), ConfigError, "dim"),
+    ("clustering: 0 clusters", lambda t: fc.tasks.clustering_task(num_clusters=0), ConfigError, "num_clusters"),
+    ("from arrays: l2 negative", lambda t: fc.tasks.from_client_arrays("x", _lsq_clients(), LINEAR, "squared", l2=-0.1),
+     ConfigError, "l2"),
+    ("from arrays: client_test count",
+     lambda t: fc.tasks.from_client_arrays("x", _lsq_clients(3), LINEAR, "squared", client_test=_lsq_clients(2)),
+     ConfigError, "client_test has 2 clients"),
+    ("from arrays: a client not a pair",
+     lambda t: fc.tasks.from_client_arrays("x", [np.zeros((2, 2))], LINEAR, "squared"),
+     ConfigError, "pair"),
+    ("from arrays: features a str",
+     lambda t: fc.tasks.from_client_arrays("x", [("abc", np.zeros(2))], LINEAR, "squared"),
+     ConfigError, "features"),
+    ("task.to an unknown device", lambda t: t.to("tpu"), ConfigError, "device"),
+    # notebooks
+    ("notebook: smoke names an undefined parameter",
+     lambda t: fc.notebook.parameters({"profile": "paper"}, dict(rounds=3)),
+     ConfigError, "rounds"),
+    ("notebook: unknown profile", lambda t: fc.notebook.parameters({"profile": "fast", "rounds": 3}, dict(rounds=3)),
+     ConfigError, "profile"),
 ]
 
 
@@ -195,7 +295,7 @@ def test_bad_input_is_named(lsq4, what, call, error, pattern):
 
 
 def test_the_table_is_large():
-    assert len(CASES) >= 18 + 40
+    assert len(CASES) >= 98 + 60  # the first pass's 98, and at least 60 more
 
 
 def test_a_huge_loss_is_divergence_not_ok(lsq4):

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .experiments import ExperimentConfig, Spec, log_grid, mean_score, per_seed_evidence, sweep, tune
-from .validation import ConfigError
+from .validation import ConfigError, check_number
 from .verdict import t_interval
 
 
@@ -108,6 +108,10 @@ class Plan:
     points: int = 3
 
     def __post_init__(self):
+        for name in ("rounds", "tune_rounds", "clients_per_round", "local_steps", "batch_size", "eval_every"):
+            check_number(f"arena plan {name}", getattr(self, name), low=1, integer=True)
+        check_number("arena plan points", self.points, low=2, integer=True)
+        check_number("arena plan decades", self.decades, low=0.0, low_open=True)
         if set(self.seeds) & set(self.tune_seeds):
             raise ConfigError(f"tune_seeds {list(self.tune_seeds)} must be disjoint from seeds {list(self.seeds)}")
         if len(self.seeds) < 2:

@@ -88,6 +88,8 @@ class Evidence:
             raise ValueError(f"evidence {self.question!r} has no values")
         if self.kind == "identity" and (self.tolerance is None or len(self.values) != 1):
             raise ValueError(f"identity {self.question!r} needs one deviation and a tolerance")
+        if self.kind == "identity" and not self.tolerance >= 0:
+            raise ValueError(f"identity {self.question!r}: the tolerance must be >= 0, got {self.tolerance}")
 
     @property
     def differences(self) -> list[float]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..validation import ConfigError
+from ..validation import ConfigError, check_number
 from .config import ExperimentConfig
 from .sweep import sweep
 
@@ -94,8 +94,12 @@ def tune(specs: dict[str, Spec], seeds: list[int], score: Callable[[pd.DataFrame
          jobs: int = 1, refresh: bool = False, margin: float = 0.0, extend: int = 2) -> dict[str, Tuned]:
     """Tune every method of ``specs`` by the protocol above; ``score(frame)`` maps a sweep's frame to one score
     per run hash (larger is better). All methods' runs of a step go to one sweep (one process pool)."""
+    if not specs:
+        raise ConfigError("tune needs at least one method to tune (specs is empty)")
     if len(seeds) < 2:
         raise ConfigError(f"tuning needs at least 2 seeds, got {seeds}")
+    check_number("margin", margin, low=0.0)
+    check_number("extend", extend, low=0, integer=True)
     grids = {m: {k: list(v) for k, v in s.grid.items()} for m, s in specs.items()}
     for m, s in specs.items():
         missing = [k for k in s.grid if s.default.get(k) not in s.grid[k]]

@@ -145,7 +145,7 @@ def write_page(table: pd.DataFrame, arguments: str) -> None:
         ax.grid(alpha=0.3)
     axes[2].set_ylim(0, 1)
     axes[2].axhline(0.75, color="grey", lw=0.8, ls=":")
-    axes[2].text(table.N.min(), 0.77, "75%: the target for FedVRA at m = 500", color="grey", fontsize=8)
+    axes[2].text(table.N.max(), 0.77, "75%: the target for FedVRA at m = 500", color="grey", fontsize=8, ha="right")
     axes[0].legend(fontsize=7, loc="upper left")
     axes[0].set_ylim(top=400)
     fig.suptitle("MNIST MLP (P = 199,210), 5 rounds; N > 60,000: synthetic MNIST-shaped data, one sample a client")

@@ -33,11 +33,12 @@ unit: $(STAMP)
 reproduce: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper
 
-# The arena (notebooks/92_arena.ipynb): every engine algorithm on three tasks under one tuning budget, and AdaFedAdam's
-# ablation under the same protocol (notebooks/adafedadam/06_ablation.ipynb). Their own target: their runs would take
-# `make reproduce` past its time budget.
+# The arena (notebooks/92_arena.ipynb): every engine algorithm on three tasks under one tuning budget; AdaFedAdam's
+# ablation under the same protocol (adafedadam/06_ablation) and FedVRA's robustness at the arena's tuned settings
+# (fedvra/07_robustness). Their own target: their runs would take `make reproduce` past its time budget.
 arena: $(STAMP)
-	$(BIN)/python -m fedcompanion.reproduce --profile paper --only 92_arena --only adafedadam/06_ablation
+	$(BIN)/python -m fedcompanion.reproduce --profile paper --only 92_arena --only adafedadam/06_ablation \
+		--only fedvra/07_robustness
 
 reproduce-smoke: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile smoke

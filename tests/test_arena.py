@@ -132,6 +132,6 @@ def test_make_reproduce_leaves_the_arena_to_its_own_target():
     assert [p.stem for p in selected("92_arena", "paper")] == ["92_arena"]
     assert "92_arena" in [p.stem for p in selected("", "smoke")]
     assert "arena:" in (ROOT / "Makefile").read_text() and "--only 92_arena" in (ROOT / "Makefile").read_text()
-    assert "06_ablation" not in paper
+    assert "06_ablation" not in paper and "07_robustness" not in paper and "06_rate" in paper
     both = selected(["92_arena", "adafedadam/06_ablation"], "paper")
     assert sorted(p.stem for p in both) == ["06_ablation", "92_arena"]

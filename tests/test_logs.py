@@ -27,6 +27,14 @@ def test_configure_adds_one_handler_and_a_child_logger_reaches_it(clean_logger, 
     assert not clean_logger.propagate  # no second copy through a root handler
 
 
-def test_without_configure_nothing_is_added(clean_logger):
-    logging.getLogger("fedcompanion.flower").warning("lost")
-    assert clean_logger.handlers == [] and clean_logger.propagate
+def test_importing_the_package_configures_nothing():
+    """Only an entry point calling configure() gives the logger a handler: importing the package (its command line
+    and Flower parts included) in a fresh process leaves a user's logging as the user set it."""
+    import subprocess
+    import sys
+
+    code = ("import logging, fedcompanion, fedcompanion.cli, fedcompanion.flower.core; "
+            "logger = logging.getLogger('fedcompanion'); "
+            "print(len(logger.handlers), logger.propagate, len(logging.getLogger().handlers))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "True", "0"]

@@ -272,6 +272,13 @@ class Outcome:
                           for m, t in self.tuned.items()}}
 
 
+def diverged_runs(table: pd.DataFrame, prefix: str) -> list[dict]:
+    """The evaluation runs of a per-seed table (:func:`per_seed`) that diverged, as the report lists them (labelled
+    ``"<prefix>: <method>"``)."""
+    return [{"label": f"{prefix}: {m}", "seed": int(s), "round": None, "role": "evaluation"}
+            for (m, s), status in table.status.items() if status != "ok"]
+
+
 def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int | None = None,
               refresh: bool = False, contenders: dict[str, Contender] | None = None) -> dict[str, Outcome]:
     """Tune and evaluate ``methods`` on each of ``tasks`` (names of :data:`TASKS` and of ``contenders``, by default
@@ -288,8 +295,7 @@ def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int 
                   for m in methods for seed in plan.seeds]
         frame = sweep(finals, results, jobs=jobs, refresh=refresh)
         table = per_seed(frame, task, plan)
-        diverged = [{"label": f"{name}: {m}", "seed": int(s), "round": None, "role": "evaluation"}
-                    for (m, s), st in table.status.items() if st != "ok"]
+        diverged = diverged_runs(table, name)
         diverged += [dict(d, label=f"{name}: {d['label']}") for t in tuned.values() for d in t.diverged]
         runs = sum(len(t.scores) for t in tuned.values()) + len(finals)
         out[name] = Outcome(task, tuned, table, ranking(table, task, plan.seeds), diverged, runs)

@@ -13,10 +13,10 @@ from .loop import probe_loop, train_loop
 from .sampling import make_sampler
 from .schedule import LocalWork, batch_indices
 
-# the probe (each active client's full-data loss and gradient at the global model) is one autograd pass per client
-# (a forward pass only for the algorithms that use the losses alone):
-# measured faster than a padded vmap over the clients for both few large and many small clients
-# "batched" picks the fastest of its kernels that applies; the other two name one (see .batched)
+# "batched" takes the fastest of its kernels that applies, "batched-clientwise" and "batched-products" name one
+# (see .batched). Every engine probes with probe_loop: each active client's full-data loss and gradient at the global
+# model by one autograd pass per client (a forward pass only where the algorithm uses the losses alone), measured
+# faster than a padded vmap over the clients for both few large and many small clients.
 ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop),
            **{f"batched-{kernel}": (functools.partial(train_batched, kernel=kernel), probe_loop)
               for kernel in ("clientwise", "products")}}

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: env test unit notebooks reproduce reproduce-smoke arena verify verify-figures html lab bench lint clean
+.PHONY: env test unit notebooks reproduce reproduce-smoke arena extended verify verify-figures html lab bench lint clean
 
 # The environment: a venv made from pyproject.toml (conda users: environment.yml) with the [flower] extra, plus a
 # Jupyter kernel registered inside it. torch and torchvision first, at the versions tested (this machine's wheels).
@@ -39,6 +39,11 @@ reproduce: $(STAMP)
 arena: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper --only 92_arena --only adafedadam/06_ablation \
 		--only fedvra/07_robustness
+
+# The papers' claims beyond the reproduction's budget: CEADMM and ICEADMM without convexity, and the sweeps over the
+# number of clients and the dimension with CPU time (notebooks/ceadmm/02_beyond_convexity).
+extended: $(STAMP)
+	$(BIN)/python -m fedcompanion.reproduce --profile paper --only ceadmm/02_beyond_convexity
 
 reproduce-smoke: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile smoke

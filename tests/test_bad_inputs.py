@@ -3,6 +3,8 @@
 One table: each row is (what is wrong, a call that must fail, the error type, a pattern the message must
 contain). The first block are the cases found by the new-user review; the rest cover every public entry point.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -65,8 +67,8 @@ CASES = [
     ("sweep: unknown task_args", lambda t: _cfg(task_args=dict(num_clients=4, dimm=3)), ConfigError,
      r"no argument \['dimm'\]"),
     ("sweep: unknown sampling", lambda t: _cfg(sampling="random"), ConfigError, "unknown sampling 'random'"),
-    ("sweep: ADMM family on a non-convex task", lambda t: _cfg(task="dataset", task_args={}, algorithm="ceadmm"),
-     ConfigError, "convex tasks only"),
+    ("sweep: ADMM family on an MLP task", lambda t: _cfg(task="dataset", task_args={}, algorithm="ceadmm"),
+     ConfigError, "tasks with a linear model only"),
     ("sweep: eval_every 0", lambda t: _cfg(eval_every=0), ConfigError, "eval_every must be >= 1"),
     # ---- fc.run
     ("rounds 0", lambda t: _run(t, rounds=0), ConfigError, "rounds must be >= 1"),
@@ -136,6 +138,14 @@ CASES = [
                                                                    "squared"), ConfigError, "client 0 holds no data"),
     ("model not a module", lambda t: fc.tasks.from_client_arrays("x", _lsq_clients(), "linear", "squared"),
      ConfigError, "model must be a torch.nn.Module"),
+    ("task name not a string", lambda t: fc.tasks.from_client_arrays(3, _lsq_clients(), LINEAR, "squared"),
+     ConfigError, "name must be a string"),
+    ("negative noise", lambda t: fc.tasks.least_squares_task(num_clients=4, dim=3, noise=-1.0), ConfigError,
+     "noise"),
+    ("negative non-convex weight", lambda t: fc.tasks.qsar_logistic_task(num_clients=4, nonconvex=-0.1),
+     ConfigError, "nonconvex"),
+    ("a non-convex task on an engine", lambda t: fc.run(dataclasses.replace(t, nonconvex=1.0), fc.make("fedavg"), 1),
+     ConfigError, "engines do not train the non-convex regulariser"),
     ("logistic label 2",
      lambda t: fc.tasks.from_client_arrays("x", [(np.zeros((2, 2)), np.array([0.0, 2.0]))], LINEAR, "logistic"),
      ConfigError, "logistic labels must be 0 or 1"),

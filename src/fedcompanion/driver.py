@@ -35,9 +35,17 @@ from .tasks import Task
 from .validation import ConfigError, check_choice, check_device, check_number
 
 
-def _check_run_arguments(task, algorithm, local, init, extra_metrics):
+def _check_engine_task(task) -> None:
+    """The engines train the data term and the l2 term; a task with the non-convex regulariser is refused."""
     if not isinstance(task, Task):
         raise ConfigError(f"task must be a fedcompanion Task (see fc.tasks), got {type(task).__name__}")
+    if task.nonconvex:
+        raise ConfigError(f"task {task.name!r} has nonconvex={task.nonconvex}: the engines do not train the "
+                          "non-convex regulariser; the ADMM family's solve(task, iterations) does")
+
+
+def _check_run_arguments(task, algorithm, local, init, extra_metrics):
+    _check_engine_task(task)
     if isinstance(algorithm, str):
         raise ConfigError(f"algorithm must be an algorithm object, e.g. fc.make({algorithm!r}), not a str")
     if not is_engine_algorithm(algorithm):
@@ -72,6 +80,7 @@ def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: 
     buffer is its ``local_momentum`` entry. Returns ``(their new state entries, the uploads, the local result)``.
     A Flower client runs exactly this for K = 1.
     """
+    _check_engine_task(task)
     train, probe = ENGINES[engine]
     local = local or LocalWork(epochs=1.0)
     carried = MOMENTUM in clients and len(info.clients) > 0

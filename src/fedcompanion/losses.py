@@ -167,6 +167,38 @@ class Cluster(Loss):
         return out.min(-1).values
 
 
+class SaturatingSquare:
+    r"""The non-convex regulariser :math:`r(x) = \sum_j \frac{x_j^2}{1 + x_j^2}` (Reddi et al., 2016, and the
+    non-convex optimisation literature after it), an l2 penalty that saturates at 1 per coordinate.
+
+    Coordinate-wise :math:`r'(t) = \frac{2t}{(1+t^2)^2}` and :math:`r''(t) = \frac{2(1-3t^2)}{(1+t^2)^3}`, which
+    lies in :math:`[-\tfrac12, 2]` (the minimum at :math:`|t| = 1`, the maximum at 0): the gradient is Lipschitz with
+    constant 2 and the curvature goes down to -1/2, so :math:`\lambda r` added to a loss whose own curvature is
+    below :math:`\lambda/2` in some direction makes the objective non-convex."""
+
+    lipschitz = 2.0
+    min_curvature = -0.5
+
+    @staticmethod
+    def value(x: torch.Tensor) -> torch.Tensor:
+        """r(x) over the last dimension."""
+        s = x * x
+        return (s / (1 + s)).sum(-1)
+
+    @staticmethod
+    def grad(x: torch.Tensor) -> torch.Tensor:
+        """r'(x_j), coordinate-wise."""
+        return 2 * x / (1 + x * x) ** 2
+
+    @staticmethod
+    def curvature(x: torch.Tensor) -> torch.Tensor:
+        """r''(x_j), coordinate-wise: the Hessian of r is diagonal."""
+        s = x * x
+        return 2 * (1 - 3 * s) / (1 + s) ** 3
+
+
+SATURATING_SQUARE = SaturatingSquare()
+
 LOSSES: dict[str, Loss] = {loss.name: loss for loss in (CrossEntropy(), Logistic(), Squared(), Cluster())}
 
 

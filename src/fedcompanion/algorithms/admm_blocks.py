@@ -1,8 +1,9 @@
 r"""The ADMM family's data: every client's design matrix as one zero-padded block, so that one iteration of all
 clients (:mod:`fedcompanion.algorithms.ceadmm`) is a handful of batched tensor operations.
 
-Client i's data term is :math:`f_i(x) = \frac{1}{d_i}\sum_{j} \phi(a_{ij}^\top x, b_{ij}) + \frac{\mu_i}{2}\|x\|^2`
-for a linear-predictor loss phi; the blocks give :math:`f_i`, :math:`\nabla f_i`, Hessian-vector products and the
+Client i's term is :math:`f_i(x) = \frac{1}{d_i}\sum_{j} \phi(a_{ij}^\top x, b_{ij}) + \frac{\mu_i}{2}\|x\|^2
++ \lambda\, r(x)` for a linear-predictor loss phi and the task's non-convex regulariser
+:math:`r(x) = \sum_k x_k^2/(1 + x_k^2)` (weight :math:`\lambda \ge 0`, usually 0); the blocks give :math:`f_i`, :math:`\nabla f_i`, Hessian-vector products and the
 Lipschitz constants :math:`r_i` of every client at once, and :func:`batched_cg` solves m SPD systems together.
 """
 from __future__ import annotations
@@ -11,6 +12,8 @@ import functools
 from dataclasses import dataclass
 
 import torch
+
+from ..losses import SATURATING_SQUARE
 
 
 def bmv(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
@@ -24,7 +27,8 @@ SPARSE_BELOW = 0.3  # design matrices with fewer nonzeros than this share are mu
 @dataclass
 class ClientBlocks:
     """Every client's design matrix, zero-padded: A [m, D, n], targets [m, D], mask [m, D], sizes d_i [m],
-    weights w_i [m], l2 mu_i [m] and the loss (a linear-predictor :class:`~fedcompanion.losses.Loss`).
+    weights w_i [m], l2 mu_i [m], the loss (a linear-predictor :class:`~fedcompanion.losses.Loss`) and the weight
+    lambda of the non-convex regulariser (``nonconvex``).
 
     A sparse design (QSAR's fingerprints: 9% nonzero) is also kept as one block-diagonal CSR matrix
     [m D, m n] and its transpose, so that A_i x_i and A_i^T r_i of all clients are one sparse product each."""
@@ -37,6 +41,7 @@ class ClientBlocks:
     l2: torch.Tensor
     loss: object
     sparse: tuple | None = None
+    nonconvex: float = 0.0
 
     @classmethod
     def from_task(cls, task) -> ClientBlocks:
@@ -54,7 +59,7 @@ class ClientBlocks:
             a[i, : hi - lo], y[i, : hi - lo], mask[i, : hi - lo] = design[lo:hi], targets[lo:hi], 1.0
         sparse = block_diagonal(a) if float((a != 0).sum()) < SPARSE_BELOW * mask.sum() * n else None
         return cls(a, y, mask, sizes.to(**opts), task.weights.to(**opts), task.client_l2.to(**opts), task.loss,
-                   sparse)
+                   sparse, task.nonconvex)
 
     @functools.cached_property
     def regularised(self) -> bool:
@@ -85,7 +90,7 @@ class ClientBlocks:
         return self.a.transpose(1, 2).contiguous()
 
     def evaluate(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(f_i(x_i) [m], grad f_i(x_i) [m, n]).
+        """(f_i(x_i) [m], grad f_i(x_i) [m, n]), the non-convex regulariser included.
 
         Least squares with ``uses_gram``: with x^_i a minimiser of client i's data term (``anchor``) and
         f^_i its value (``floor``), e = x - x^_i gives grad = H_i e and f = f^_i + e'H_i e / 2 exactly, so one
@@ -94,10 +99,15 @@ class ClientBlocks:
         if self.uses_gram:
             e = x - self.anchor
             he = bmv(self.gram, e)
-            return self.floor + 0.5 * (e * he).sum(1) + reg, he + self.l2[:, None] * x
-        z = self.predict(x)
-        value = (self.loss.phi(z, self.y) * self.mask).sum(1) / self.sizes
-        return value + reg, self._at(self.loss.dphi(z, self.y)) + self.l2[:, None] * x
+            value, grad = self.floor + 0.5 * (e * he).sum(1) + reg, he + self.l2[:, None] * x
+        else:
+            z = self.predict(x)
+            value = (self.loss.phi(z, self.y) * self.mask).sum(1) / self.sizes + reg
+            grad = self._at(self.loss.dphi(z, self.y)) + self.l2[:, None] * x
+        if self.nonconvex:
+            value = value + self.nonconvex * SATURATING_SQUARE.value(x)
+            grad = grad + self.nonconvex * SATURATING_SQUARE.grad(x)
+        return value, grad
 
     @functools.cached_property
     def anchor(self) -> torch.Tensor:
@@ -113,7 +123,10 @@ class ClientBlocks:
 
     def hvp(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Hessian of f_i at x_i times v_i: [m, n]."""
-        return self._at(self.loss.d2phi(self.predict(x), self.y) * self.predict(v)) + self.l2[:, None] * v
+        out = self._at(self.loss.d2phi(self.predict(x), self.y) * self.predict(v)) + self.l2[:, None] * v
+        if self.nonconvex:
+            out = out + self.nonconvex * SATURATING_SQUARE.curvature(x) * v
+        return out
 
     @functools.cached_property
     def gram(self) -> torch.Tensor:
@@ -126,8 +139,9 @@ class ClientBlocks:
         return self._at(self.y)
 
     def lipschitz(self) -> torch.Tensor:
-        """r_i = curvature bound * lambda_max(A_i^T A_i) / d_i + mu_i, from the smaller Gram side (A_i A_i^T is
-        d_i x d_i, A_i^T A_i is n x n; both have the same largest eigenvalue)."""
+        """r_i = curvature bound * lambda_max(A_i^T A_i) / d_i + mu_i + 2 lambda, from the smaller Gram side
+        (A_i A_i^T is d_i x d_i, A_i^T A_i is n x n; both have the same largest eigenvalue; 2 lambda bounds the
+        non-convex regulariser's curvature)."""
         m, d, n = self.a.shape
         if n <= d:
             gram = self.gram * self.sizes[:, None, None] if "gram" in self.__dict__ else \
@@ -135,7 +149,8 @@ class ClientBlocks:
         else:
             gram = torch.bmm(self.a, self.a.transpose(1, 2))  # padding rows add zero eigenvalues only
         top = torch.linalg.eigvalsh(gram)[:, -1] / self.sizes
-        return self.loss.curvature_bound * top + self.l2
+        r = self.loss.curvature_bound * top + self.l2
+        return r + SATURATING_SQUARE.lipschitz * self.nonconvex if self.nonconvex else r
 
 
 def block_diagonal(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,9 @@ Local updates:
   matrix is Cholesky-factored and inverted once, then each solve is one batched product;
   ``local_solver='cg'``: what the authors' code does, conjugate gradients from zero at every iteration, at most
   50 iterations, residual below 1e-8 of the right-hand side's norm (MATLAB pcg's relative tolerance);
-  l2-logistic: batched Newton-CG to a gradient norm of ``tol_local``).
+  l2-logistic, or a task with the non-convex regulariser: batched Newton-CG to a gradient norm of ``tol_local``,
+  each Newton step halved until the local objective decreases; the local objective must be strongly convex,
+  :math:`\sigma_i > w_i\lambda/2` for the regulariser's weight :math:`\lambda`, else the run is refused).
 * **linearised at the server point** (H_i = 0, **LIADMM** Algorithm 4; with sigma_i = w_i/gamma):
   :math:`x_i^{k+1} = y^{k+1} - \gamma\nabla f_i(y^{k+1}) - \frac{\gamma}{w_i}\pi_i^k`.
   Without multipliers this is the paper's **FL** (Algorithm 1):
@@ -45,6 +47,10 @@ Penalties (the authors' code): :math:`\sigma_i = \frac{r_0}{\log(2 + k_0)}\log(m
 ``tol``. Clients of different sizes are stored as padded blocks [m, d_max, n], so one iteration of all clients
 is a handful of batched tensor operations; every quantity is computed once per iteration and shared by the
 step and the recorded metrics (:math:`f(y)` only when y changes).
+
+Nothing here needs convexity: a task with the non-convex regulariser (``Task.nonconvex``) runs like any other,
+which is what Theorems 3.1-3.3 are about. ``init_scale`` > 0 starts from :math:`x^0 \sim` ``init_scale`` N(0, I)
+drawn with the run's seed (default: zeros, the authors' start).
 """
 from __future__ import annotations
 
@@ -71,7 +77,7 @@ def default_penalties(blocks: ClientBlocks, k0: int, r: torch.Tensor) -> torch.T
     return r0 / math.log(2 + k0) * torch.log(m * blocks.sizes) * blocks.weights * r
 
 
-METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "comm_rounds", "test_accuracy")
+METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "step_sq", "comm_rounds", "test_accuracy")
 
 
 class ConsensusADMM:
@@ -85,7 +91,7 @@ class ConsensusADMM:
 
     def __init__(self, k0: int = 1, sigma: float | list | None = None, gamma: float | None = None,
                  tol_local: float = 1e-10, reset_local: bool = True, curvature: str = "lipschitz",
-                 gram_r: float = 6.0):
+                 gram_r: float = 6.0, init_scale: float = 0.0):
         self.k0 = check_number("k0", k0, low=1, integer=True)
         if sigma is not None and gamma is not None:
             raise ConfigError("give sigma or gamma (sigma_i = w_i / gamma), not both")
@@ -102,6 +108,7 @@ class ConsensusADMM:
         if curvature == "gram" and self.solver != "linearized_local":
             raise ConfigError(f"curvature='gram' applies to ICEADMM's linearised step only, not to {self.name}")
         self.gram_r = check_number("gram_r", gram_r, low=0.0, low_open=True)
+        self.init_scale = check_number("init_scale", init_scale, low=0.0)
 
     def hyperparameters(self) -> dict:
         """The constructor's arguments with their values (what a config records)."""
@@ -124,21 +131,34 @@ class ConsensusADMM:
     # ------------------------------------------------------------------ local updates
     def _exact(self, b: ClientBlocks, x, y, pi, sigma, cache):
         w = b.weights[:, None]
-        if b.loss.name == "squared" and self.local_solver == "cg":  # the authors' code: CG from zero, every time
+        quadratic = b.loss.name == "squared" and not b.nonconvex
+        if quadratic and self.local_solver == "cg":  # the authors' code: CG from zero, every time
             rhs = w * b.atb - pi + sigma[:, None] * y
             return batched_cg(lambda v: w * b.hvp(x, v) + sigma[:, None] * v, rhs, 1e-8 * rhs.norm(dim=1), 50)
-        if b.loss.name == "squared":  # (w_i (H_i + mu_i I) + sigma_i I) x = w_i A_i^T b_i / d_i - pi_i + sigma_i y
+        if quadratic:  # (w_i (H_i + mu_i I) + sigma_i I) x = w_i A_i^T b_i / d_i - pi_i + sigma_i y
             if "inverse" not in cache:  # factor once; then each solve is one batched product
                 eye = torch.eye(b.a.shape[-1], dtype=b.a.dtype, device=b.a.device)
                 system = w[:, :, None] * (b.gram + b.l2[:, None, None] * eye) + sigma[:, None, None] * eye
                 cache["inverse"] = torch.cholesky_inverse(torch.linalg.cholesky(system))
             return bmv(cache["inverse"], w * b.atb - pi + sigma[:, None] * y)
-        for _ in range(50):  # Newton-CG on w_i f_i(x) + <pi_i, x> + sigma_i/2 ||x - y||^2
-            g = w * b.evaluate(x)[1] + pi + sigma[:, None] * (x - y)
+        def local(x):  # (w_i f_i(x) + <pi_i, x> + sigma_i/2 ||x - y||^2, its gradient)
+            f, g = b.evaluate(x)
+            value = w[:, 0] * f + (pi * x).sum(1) + 0.5 * sigma * ((x - y) ** 2).sum(1)
+            return value, w * g + pi + sigma[:, None] * (x - y)
+
+        value, g = local(x)
+        for _ in range(50):  # Newton-CG, each client's step halved until its local objective decreases
             if g.norm(dim=1).max() <= self.tol_local:
                 break
             step = batched_cg(lambda v, x=x: w * b.hvp(x, v) + sigma[:, None] * v, g, self.tol_local * 1e-2, 200)
-            x = x - step
+            t = torch.ones_like(value)
+            for _ in range(30):
+                trial_value, trial_g = local(x - t[:, None] * step)
+                worse = ~(trial_value <= value + 1e-12 * value.abs())  # (rounding is no increase; NaN is)
+                if not worse.any():
+                    break
+                t = torch.where(worse, 0.5 * t, t)
+            x, value, g = x - t[:, None] * step, trial_value, trial_g
         return x
 
     def _local(self, b, x, y, pi, sigma, r, grad_x, cache):
@@ -167,7 +187,7 @@ class ConsensusADMM:
         """(f_i(x_i^{k+1}), grad f_i(x_i^{k+1})). After an exact least-squares step the optimality condition
         w_i grad f_i(x_i^{k+1}) + pi_i^{k+1} = 0 gives the gradient for free, and with it the value
         f_i = f^_i + e'(grad - mu_i x)/2 + mu_i ||x||^2/2, e = x - x^_i (see ``ClientBlocks.evaluate``)."""
-        if not (self.solver == "exact" and self.dual and b.uses_gram):
+        if not (self.solver == "exact" and self.dual and b.uses_gram and not b.nonconvex):
             return b.evaluate(x)
         grad = -pi / b.weights[:, None]
         e = x - b.anchor
@@ -179,17 +199,20 @@ class ConsensusADMM:
     # ------------------------------------------------------------------ the loop
     def solve(self, task, iterations: int = 1000, tol: float | None = None, record_every: int = 1,
               x0: torch.Tensor | None = None, divergence_factor: float | None = DIVERGENCE_FACTOR,
-              device: str | torch.device | None = None, progress: bool = False) -> RunResult:
-        r"""Run up to ``iterations`` iterations from ``x0`` (default zeros); stop early once
+              device: str | torch.device | None = None, progress: bool = False, seed: int = 0) -> RunResult:
+        r"""Run up to ``iterations`` iterations from ``x0`` (default zeros, or ``init_scale`` N(0, I) drawn with
+        ``seed``); stop early once
         :math:`\|\nabla f(y)\|^2 <` ``tol``; stop as diverged once f(y) is not finite or exceeds
         ``divergence_factor`` times f(y^1) (``None``: only NaN/inf).
 
         Records every ``record_every`` iterations (and the last): ``objective_y`` f(y^{k+1}), ``objective_X``
-        F(X^{k+1}) = sum_i w_i f_i(x_i^{k+1}), ``lagrangian`` L(y^{k+1}, X^{k+1}, Pi^{k+1}), ``grad_sq_y``, the
-        communication rounds so far and, where the task has test data, ``test_accuracy`` of y. The history's
+        F(X^{k+1}) = sum_i w_i f_i(x_i^{k+1}), ``lagrangian`` L(y^{k+1}, X^{k+1}, Pi^{k+1}), ``grad_sq_y``,
+        ``step_sq`` = ||y^{k+1} - y^k||^2 + ||X^{k+1} - X^k||^2 + ||Pi^{k+1} - Pi^k||^2 (the last iteration's
+        change of the whole sequence, Frobenius norms), the communication rounds so far and, where the task has test data, ``test_accuracy`` of y. The history's
         ``round`` is the iteration k+1."""
         check_number("iterations", iterations, low=1, integer=True)
         check_number("record_every", record_every, low=1, integer=True)
+        check_number("seed", seed, low=0, integer=True)
         if tol is not None:
             check_number("tol", tol, low=0.0, low_open=True)
         if divergence_factor is not None:
@@ -202,6 +225,13 @@ class ConsensusADMM:
         m, n = len(b.sizes), b.a.shape[-1]
         r = b.lipschitz()
         sigma = self.penalties(b, r)
+        if self.solver == "exact" and b.nonconvex and bool((sigma <= b.weights * b.nonconvex / 2).any()):
+            raise ConfigError(f"{self.name}'s local objective is not convex: with nonconvex={b.nonconvex} every "
+                              f"sigma_i must exceed w_i * nonconvex / 2 (smallest sigma_i / w_i: "
+                              f"{float((sigma / b.weights).min()):.3g})")
+        if x0 is None and self.init_scale:
+            generator = torch.Generator().manual_seed(seed)
+            x0 = self.init_scale * torch.randn(n, dtype=torch.float64, generator=generator)
         if x0 is None:
             x = torch.zeros(m, n, dtype=torch.float64, device=b.a.device)
         else:
@@ -215,8 +245,10 @@ class ConsensusADMM:
         history = History()
         comm, status, diverged_round, first_f = 0, "ok", None, None
         compute, f_y, grad_sq_y, accuracy = 0.0, math.nan, math.nan, math.nan
+        y = None
         for k in tqdm(range(iterations), desc=self.name, disable=not progress, leave=False):
             tic = time.perf_counter()
+            before = (x, pi, y)
             if k % self.k0 == 0:  # communication: clients upload z_i = sigma_i x_i + pi_i
                 y = (sigma[:, None] * x + pi).sum(0) / sigma.sum()
                 comm += 1
@@ -242,7 +274,9 @@ class ConsensusADMM:
             if record:
                 f_big_x, gap = b.weights @ f_x, x - y
                 lagrangian = f_big_x + (pi * gap).sum() + 0.5 * (sigma * (gap * gap).sum(1)).sum()
-                values = (f_y, float(f_big_x), float(lagrangian), grad_sq_y, float(comm), accuracy)
+                step_sq = sum(float(((now - then) ** 2).sum()) for now, then in zip((x, pi, y), before)
+                              if then is not None)
+                values = (f_y, float(f_big_x), float(lagrangian), grad_sq_y, step_sq, float(comm), accuracy)
                 history.record(k + 1, dict(zip(names, values)), compute)
             if stop:
                 if tol is not None and grad_sq_y < tol:
@@ -280,8 +314,8 @@ class CEADMM(ConsensusADMM):
     name = "ceadmm"
 
     def __init__(self, k0: int = 1, sigma: float | list | None = None, tol_local: float = 1e-10,
-                 reset_local: bool = True, local_solver: str = "factored"):
-        super().__init__(k0=k0, sigma=sigma, tol_local=tol_local, reset_local=reset_local)
+                 reset_local: bool = True, local_solver: str = "factored", init_scale: float = 0.0):
+        super().__init__(k0=k0, sigma=sigma, tol_local=tol_local, reset_local=reset_local, init_scale=init_scale)
         self.local_solver = check_choice("local_solver", local_solver, LOCAL_SOLVERS)
 
 
@@ -303,5 +337,6 @@ class ICEADMM(ConsensusADMM):
     name, solver = "iceadmm", "linearized_local"
 
     def __init__(self, k0: int = 1, sigma: float | list | None = None, reset_local: bool = True,
-                 curvature: str = "lipschitz", gram_r: float = 6.0):
-        super().__init__(k0=k0, sigma=sigma, reset_local=reset_local, curvature=curvature, gram_r=gram_r)
+                 curvature: str = "lipschitz", gram_r: float = 6.0, init_scale: float = 0.0):
+        super().__init__(k0=k0, sigma=sigma, reset_local=reset_local, curvature=curvature, gram_r=gram_r,
+                         init_scale=init_scale)

@@ -44,7 +44,7 @@ def run_config(config, progress: bool = False) -> RunResult:
     extra = {name: registry("metric")[name](task, config) for name in config.metrics}  # their code: in the key
     if not is_engine_algorithm(algorithm):
         result = algorithm.solve(task, config.rounds, tol=config.tol, record_every=config.eval_every,
-                                 divergence_factor=config.divergence_factor, progress=progress)
+                                 divergence_factor=config.divergence_factor, progress=progress, seed=config.seed)
         if extra:  # evaluated at the final point only: the solver's own metrics cover every iteration
             last = result.rounds_run
             rows = pd.DataFrame([(last, -1, name, float(fn(result.params))) for name, fn in extra.items()],

@@ -71,13 +71,16 @@ def federated_dataset_task(
 
 
 def least_squares_task(num_clients: int = 32, dim: int = 100, seed: int = 0, *, noise: float = 0.1,
-                       dtype: torch.dtype = torch.float64, device: str = "cpu") -> Task:
+                       nonconvex: float = 0.0, dtype: torch.dtype = torch.float64, device: str = "cpu") -> Task:
     """The CEADMM paper's heterogeneous linear regression: f_i = (1 / 2 d_i)||A_i x - b_i||^2,
-    w_i = 1 / m (the paper's f_i = 1/2||A_i x - b_i||^2 with w_i = 1/(m d_i): the same F)."""
+    w_i = 1 / m (the paper's f_i = 1/2||A_i x - b_i||^2 with w_i = 1/(m d_i): the same F); ``nonconvex`` > 0 adds
+    the non-convex regulariser with that weight to every f_i (see :class:`~fedcompanion.tasks.Task`)."""
+    check_number("noise", noise, low=0.0)
+    check_number("nonconvex", nonconvex, low=0.0)
     clients = heterogeneous_least_squares(num_clients, dim, np.random.default_rng([seed, 0]), noise=noise)
     net = make_model("linear", dim, 1)
-    return from_client_arrays(f"least_squares/{num_clients}x{dim}", clients, net, "squared",
-                              weights="uniform", dtype=dtype).to(device)
+    return from_client_arrays(f"least_squares/{num_clients}x{dim}{_nonconvex(nonconvex)}", clients, net, "squared",
+                              weights="uniform", dtype=dtype, nonconvex=nonconvex).to(device)
 
 
 def synthetic_task(alpha: float = 1.0, beta: float = 1.0, num_clients: int = 30, seed: int = 0,
@@ -92,24 +95,26 @@ QSAR_SETTINGS = ("ours", "authors")
 
 
 def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0, setting: str = "ours",
-                       dtype: torch.dtype = torch.float64, device: str = "cpu") -> Task:
+                       nonconvex: float = 0.0, dtype: torch.dtype = torch.float64, device: str = "cpu") -> Task:
     r"""l2-logistic regression on QSAR oral toxicity, rows split into contiguous client blocks (CEADMM paper, Sec. 5).
 
     ``setting='ours'``: 20% of the rows held out for accuracy, a bias term, size weights and
     f_i = mean logistic loss + mu/2 ||x||^2. ``setting='authors'``: the authors' code (ICEADMM4LogistReg.m):
     every row used for training, no bias, the first m-1 clients round(d/m) rows each and the last the rest,
     w_i = 1/m and f_i = mean logistic loss + mu/(2 d_i) ||x||^2 (their w_i = 1/(m d_i) on summed losses with
-    mu/2 ||x||^2 per client: the same F).
+    mu/2 ||x||^2 per client: the same F). ``nonconvex`` > 0 adds the non-convex regulariser
+    nonconvex * sum_k x_k^2 / (1 + x_k^2) to every f_i (see :class:`~fedcompanion.tasks.Task`).
     """
     check_choice("setting", setting, QSAR_SETTINGS)
     check_number("mu", mu, low=0.0)
+    check_number("nonconvex", nonconvex, low=0.0)
     if setting == "ours":
         train, test = load_dataset("qsar", seed=seed)
         parts = np.array_split(np.arange(len(train)), num_clients)
         net = make_model("logistic", train.x.shape[1], 2)
         clients = [(train.x[p], train.y[p]) for p in parts]
-        return from_client_arrays(f"qsar/{num_clients}", clients, net, "logistic", weights="size",
-                                  l2=mu, test=test, dtype=dtype).to(device)
+        return from_client_arrays(f"qsar/{num_clients}{_nonconvex(nonconvex)}", clients, net, "logistic",
+                                  weights="size", l2=mu, test=test, dtype=dtype, nonconvex=nonconvex).to(device)
     train, _ = load_dataset("qsar", test_fraction=0.0, seed=seed)
     d = len(train)
     check_number("num_clients", num_clients, low=1, high=d // 2, integer=True)
@@ -121,8 +126,13 @@ def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0, s
     clients = [(train.x[p], train.y[p]) for p in np.split(np.arange(d), cuts)]
     net = nn.Sequential(nn.Flatten(), nn.Linear(train.x.shape[1], 1, bias=False))
     l2 = mu / torch.tensor(sizes, dtype=torch.float64)
-    return from_client_arrays(f"qsar-authors/{num_clients}", clients, net, "logistic", weights="uniform",
-                              l2=l2, dtype=dtype).to(device)
+    return from_client_arrays(f"qsar-authors/{num_clients}{_nonconvex(nonconvex)}", clients, net, "logistic",
+                              weights="uniform", l2=l2, dtype=dtype, nonconvex=nonconvex).to(device)
+
+
+def _nonconvex(weight: float) -> str:
+    """The task name's suffix for a non-convex regulariser (none without one)."""
+    return f"/nonconvex={weight:g}" if weight else ""
 
 
 def _split(dataset: str, num_clients: int, scheme: str, seed: int, partition_kwargs: dict):

@@ -3,10 +3,13 @@ r"""A task: model + loss + per-client data + evaluation.
 The federated objective is
 
 .. math::  F(x) = \sum_{i=1}^N w_i f_i(x),\qquad
-           f_i(x) = \frac{1}{n_i}\sum_{j \in D_i} \ell(x; \xi_j) + \frac{\mu_i}{2}\|x\|^2,
+           f_i(x) = \frac{1}{n_i}\sum_{j \in D_i} \ell(x; \xi_j) + \frac{\mu_i}{2}\|x\|^2
+                    + \lambda \sum_k \frac{x_k^2}{1 + x_k^2},
 
 with client weights :math:`w_i` summing to one (by default :math:`w_i = n_i / n`, so that F is
-the mean loss over all samples) and an l2 weight :math:`\mu_i` (one for all clients, or one each). Parameters
+the mean loss over all samples), an l2 weight :math:`\mu_i` (one for all clients, or one each) and the weight
+:math:`\lambda` of a non-convex regulariser (0 by default; see
+:class:`~fedcompanion.losses.SaturatingSquare`: only the ADMM family solves such tasks). Parameters
 are one flat vector ``x`` of shape ``[P]``; the model is called with ``torch.func.functional_call``. Client
 data are stored back to back (``x_all[offsets[i]:offsets[i+1]]``) so that per-client quantities are one pass
 over the data. A task is never changed by a run: whatever an algorithm keeps lives in its own state.
@@ -26,7 +29,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..data.loaders import ArrayDataset, hash_tensors
-from ..losses import Loss, get_loss
+from ..losses import SATURATING_SQUARE, Loss, get_loss
 from ..models import check_model
 from ..validation import ConfigError, check_choice, check_device, check_number
 
@@ -66,6 +69,7 @@ class Task:
         partition: for a split dataset, each client's indices into it (for label-mix plots).
         initializer: ``seed -> x`` replacing the model's own initialisation (e.g. centroids at data points).
         labels: true labels of the training rows where the targets are not labels (clustering), for evaluation.
+        nonconvex: :math:`\lambda \ge 0`, the weight of the non-convex regulariser in every :math:`f_i`.
     """
 
     name: str
@@ -82,6 +86,7 @@ class Task:
     partition: list | None = field(default=None, repr=False)  # index arrays into the source dataset
     initializer: Callable[[int], torch.Tensor] | None = field(default=None, repr=False)
     labels: torch.Tensor | None = field(default=None, repr=False)
+    nonconvex: float = 0.0
     _shapes: list = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -103,6 +108,7 @@ class Task:
                 raise ConfigError(f"l2 must be a number >= 0 or {n} numbers >= 0, got shape {tuple(self.l2.shape)}")
         else:
             check_number("l2", self.l2, low=0.0)
+        check_number("nonconvex", self.nonconvex, low=0.0)
         self.loss.check_targets(self.y_all, f"task {self.name!r}")
         check_model(self.model, f"task {self.name!r}")
         with torch.no_grad():  # one row through a copy in eval mode: the template's buffers are not touched
@@ -189,16 +195,20 @@ class Task:
         is)."""
         return functional_call(self.model, self.unflatten(x), (inputs,))
 
-    def loss_fn(self, x: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor, l2: float = 0.0) -> torch.Tensor:
-        """Mini-batch estimate of f_i: mean per-sample loss + (l2/2)||x||^2 (pass the client's l2)."""
+    def loss_fn(self, x: torch.Tensor, inputs: torch.Tensor, targets: torch.Tensor, l2: float = 0.0,
+                nonconvex: float = 0.0) -> torch.Tensor:
+        """Mini-batch estimate of f_i: mean per-sample loss + (l2/2)||x||^2 + nonconvex r(x) (pass the client's l2
+        and the task's ``nonconvex``)."""
         value = self.loss.per_sample(self.forward(x, inputs), targets).mean()
         if l2:
             value = value + 0.5 * l2 * (x * x).sum()
+        if nonconvex:
+            value = value + nonconvex * SATURATING_SQUARE.value(x)
         return value
 
     def client_loss(self, i: int, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """f_i(x) on client i's full data (or on its ``rows``)."""
-        return self.loss_fn(x, *self._client_rows(i, rows), float(self.client_l2[i]))
+        return self.loss_fn(x, *self._client_rows(i, rows), float(self.client_l2[i]), self.nonconvex)
 
     def client_grad(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """grad f_i(x) on client i's full data."""
@@ -210,7 +220,7 @@ class Task:
         ``torch.func.grad_and_value``, without its first call's import of ``torch._dynamo``: seconds per process)."""
         leaf = x.detach().requires_grad_(True)
         with torch.enable_grad():
-            value = self.loss_fn(leaf, *self._client_rows(i, rows), float(self.client_l2[i]))
+            value = self.loss_fn(leaf, *self._client_rows(i, rows), float(self.client_l2[i]), self.nonconvex)
         (grad,) = torch.autograd.grad(value, leaf)
         return value.detach(), grad
 
@@ -236,7 +246,7 @@ class Task:
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss_i(x), accuracy_i(x)) for every client, in one pass over its training data (or over ``split``).
 
-        On the training data the loss is f_i(x) (l2 term included); on a held-out split, the data term only."""
+        On the training data the loss is f_i(x) (regularisers included); on a held-out split, the data term only."""
         xs, ys, offsets = (self.x_all, self.y_all, None) if split is None else (split.x, split.y, split.offsets)
         losses, correct = [], []
         for start in range(0, len(ys), chunk):
@@ -247,6 +257,8 @@ class Task:
         loss, acc = self.client_means(torch.cat(losses), offsets), self.client_means(torch.cat(correct), offsets)
         if split is None and bool((self.client_l2 != 0).any()):
             loss = loss + 0.5 * self.client_l2.to(loss) * float((x * x).sum())
+        if split is None and self.nonconvex:
+            loss = loss + self.nonconvex * float(SATURATING_SQUARE.value(x))
         return loss, acc
 
     @torch.no_grad()
@@ -266,8 +278,11 @@ class Task:
     def optimum(self) -> tuple[torch.Tensor, float]:
         """(x*, F(x*)) for convex tasks: closed form (least squares) or Newton's method (logistic).
 
-        Raises ``NotImplementedError`` for non-convex models.
+        Raises ``NotImplementedError`` for non-convex models and for a non-convex regulariser.
         """
+        if self.nonconvex:
+            raise NotImplementedError(f"task {self.name!r} has a non-convex regulariser (nonconvex="
+                                      f"{self.nonconvex}): it has no global optimum to compute")
         return _convex_optimum(self)
 
 
@@ -344,11 +359,15 @@ def from_client_arrays(
     test: ArrayDataset | None = None,
     client_test: list[tuple[np.ndarray, np.ndarray]] | None = None,
     dtype: torch.dtype = torch.float32,
+    nonconvex: float = 0.0,
 ) -> Task:
     """Build a task from one (features, targets) pair per client (and optionally each client's held-out pair).
 
-    ``weights='size'`` gives w_i = n_i / n; ``'uniform'`` gives w_i = 1 / N.
+    ``weights='size'`` gives w_i = n_i / n; ``'uniform'`` gives w_i = 1 / N. ``nonconvex``: the weight of the
+    non-convex regulariser (see :class:`Task`).
     """
+    if not isinstance(name, str):
+        raise ConfigError(f"name must be a string, got {type(name).__name__}")
     check_choice("weights", weights, ("size", "uniform"))
     loss_obj = get_loss(loss) if isinstance(loss, str) else loss
     if not isinstance(model, nn.Module):
@@ -364,13 +383,14 @@ def from_client_arrays(
         if len(client_test) != n:
             raise ConfigError(f"client_test has {len(client_test)} clients, the training data {n}")
         split = ClientSplit(*_stack_clients(client_test, loss_obj, dtype, f"task {name!r} (held-out)"))
-    return Task(name, model, loss_obj, x_all, y_all, offsets, w, l2, test, dtype, split)
+    return Task(name, model, loss_obj, x_all, y_all, offsets, w, l2, test, dtype, split, nonconvex=nonconvex)
 
 
 def task_digest(task: Task) -> str:
-    """SHA-256 (16 hex digits) of what a task's runs can depend on: its data, weights, l2, test data, loss and
-    model (structure and initial parameters)."""
-    digest = hashlib.sha256(f"{task.name}|{task.loss!r}|{task.model!r}|{task.dtype}".encode())
+    """SHA-256 (16 hex digits) of what a task's runs can depend on: its data, weights, regularisers, test data, loss
+    and model (structure and initial parameters)."""
+    nonconvex = f"|nonconvex={task.nonconvex!r}" if task.nonconvex else ""  # (absent: the digests of before)
+    digest = hashlib.sha256(f"{task.name}|{task.loss!r}|{task.model!r}|{task.dtype}{nonconvex}".encode())
     test = (None, None) if task.test is None else (task.test.x, task.test.y)
     split = (None, None, None) if task.client_test is None else dataclasses.astuple(task.client_test)
     l2 = task.l2 if isinstance(task.l2, torch.Tensor) else torch.tensor(float(task.l2))

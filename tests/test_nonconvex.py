@@ -62,7 +62,7 @@ def test_the_task_is_non_convex_and_its_lipschitz_bound_holds(small):
         assert float(eig.abs().max()) <= float(r[i]) + 1e-12
     assert min(lowest) < 0
     with pytest.raises(NotImplementedError, match="non-convex regulariser"):
-        small.optimum
+        _ = small.optimum
 
 
 def _start(task, seed, scale):

@@ -3,8 +3,9 @@ clients (:mod:`fedcompanion.algorithms.ceadmm`) is a handful of batched tensor o
 
 Client i's term is :math:`f_i(x) = \frac{1}{d_i}\sum_{j} \phi(a_{ij}^\top x, b_{ij}) + \frac{\mu_i}{2}\|x\|^2
 + \lambda\, r(x)` for a linear-predictor loss phi and the task's non-convex regulariser
-:math:`r(x) = \sum_k x_k^2/(1 + x_k^2)` (weight :math:`\lambda \ge 0`, usually 0); the blocks give :math:`f_i`, :math:`\nabla f_i`, Hessian-vector products and the
-Lipschitz constants :math:`r_i` of every client at once, and :func:`batched_cg` solves m SPD systems together.
+:math:`r(x) = \sum_k x_k^2/(1 + x_k^2)` (weight :math:`\lambda \ge 0`, usually 0); the blocks give :math:`f_i`,
+:math:`\nabla f_i`, Hessian-vector products and the Lipschitz constants :math:`r_i` of every client at once,
+and :func:`batched_cg` solves m SPD systems together.
 """
 from __future__ import annotations
 

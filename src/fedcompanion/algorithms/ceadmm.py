@@ -208,8 +208,8 @@ class ConsensusADMM:
         Records every ``record_every`` iterations (and the last): ``objective_y`` f(y^{k+1}), ``objective_X``
         F(X^{k+1}) = sum_i w_i f_i(x_i^{k+1}), ``lagrangian`` L(y^{k+1}, X^{k+1}, Pi^{k+1}), ``grad_sq_y``,
         ``step_sq`` = ||y^{k+1} - y^k||^2 + ||X^{k+1} - X^k||^2 + ||Pi^{k+1} - Pi^k||^2 (the last iteration's
-        change of the whole sequence, Frobenius norms), the communication rounds so far and, where the task has test data, ``test_accuracy`` of y. The history's
-        ``round`` is the iteration k+1."""
+        change of the whole sequence, Frobenius norms), the communication rounds so far and, where the task has
+        test data, ``test_accuracy`` of y. The history's ``round`` is the iteration k+1."""
         check_number("iterations", iterations, low=1, integer=True)
         check_number("record_every", record_every, low=1, integer=True)
         check_number("seed", seed, low=0, integer=True)

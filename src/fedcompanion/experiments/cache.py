@@ -53,8 +53,8 @@ def _history_bytes(history: pd.DataFrame) -> bytes:
 
 def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path) -> None:
     """Write a run's files (history, optional model, then the JSON that vouches for them). Only a whole run is
-    stored: ``ok``, ``converged`` (the ADMM family met its stopping tolerance) or ``diverged``; a ``partial`` one (a Flower run that lost clients) would be served later as the
-    config's full run, so it is refused."""
+    stored: ``ok``, ``converged`` (the ADMM family met its stopping tolerance) or ``diverged``; a ``partial``
+    one (a Flower run that lost clients) would be served later as the config's full run, so it is refused."""
     if result.status not in ("ok", "converged", "diverged"):
         raise ValueError(f"a run with status {result.status!r} is not what its config describes: not stored")
     folder = Path(results_dir)

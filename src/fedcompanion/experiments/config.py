@@ -183,7 +183,8 @@ class ExperimentConfig:
                 raise ConfigError(f"tol applies to the ADMM family only, not to {self.algorithm}")
         else:
             if self.task not in ("least_squares", "qsar"):
-                raise ConfigError(f"{self.algorithm} solves tasks with a linear model only (least_squares, qsar), got {self.task!r}")
+                raise ConfigError(f"{self.algorithm} solves tasks with a linear model only (least_squares, qsar), "
+                                  f"got {self.task!r}")
             if self.tol is not None:
                 check_number("tol", self.tol, low=0.0, low_open=True)
         return self

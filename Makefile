@@ -34,11 +34,12 @@ reproduce: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper
 
 # The arena (notebooks/92_arena.ipynb): every engine algorithm on three tasks under one tuning budget; AdaFedAdam's
-# ablation under the same protocol (adafedadam/06_ablation) and FedVRA's robustness at the arena's tuned settings
-# (fedvra/07_robustness). Their own target: their runs would take `make reproduce` past its time budget.
+# ablation under the same protocol (adafedadam/06_ablation), FedVRA's robustness and its stepsize rules at the arena's
+# tuned settings (fedvra/07_robustness, fedvra/08_stepsize_rules). Their own target: their runs would take
+# `make reproduce` past its time budget.
 arena: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper --only 92_arena --only adafedadam/06_ablation \
-		--only fedvra/07_robustness
+		--only fedvra/07_robustness --only fedvra/08_stepsize_rules
 
 # The papers' claims beyond the reproduction's budget: CEADMM and ICEADMM without convexity, and the sweeps over the
 # number of clients and the dimension with CPU time (notebooks/ceadmm/02_beyond_convexity).

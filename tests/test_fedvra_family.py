@@ -197,3 +197,30 @@ def test_bad_fedvra_input_is_named():
         fc.make("fedvra", server_update="both")
     with pytest.raises(fc.ConfigError, match="unknown option 'III'"):
         fc.make("scaffold", option="III")
+
+
+def test_label_shift_is_twice_the_total_variation_by_hand():
+    """Clients with labels [0, 0, 1, 1], [0, 0, 0, 0] and [1, 1, 1, 1]: overall (1/2, 1/2), so 2 TV = 0, 1, 1."""
+    from fedcompanion.algorithms.fedvra import label_shift
+
+    clients = [(np.zeros((4, 2)), np.array(y)) for y in ([0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1])]
+    task = fc.tasks.from_client_arrays("labels", clients, torch.nn.Linear(2, 2), "cross_entropy")
+    assert label_shift(task, torch.tensor([0, 1, 2])).tolist() == [0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("rule", ["label_shift", "local_work"])
+def test_named_stepsize_rules_equal_the_same_rule_as_a_callable(rule):
+    """A named rule gives what a callable computing a_i^r by hand gives: the same run to the last bit."""
+    from fedcompanion.algorithms.fedvra import label_shift
+
+    task = fc.tasks.synthetic_task(alpha=1.0, beta=1.0, num_clients=6, seed=0)
+    by_hand = {"label_shift": lambda info: label_shift(task, info.clients),
+               "local_work": lambda info: info.steps.double() / info.steps.double().mean()}[rule]
+    named = _run(task, "fedvra", gamma=0.3, dual_stepsize=rule)
+    assert torch.equal(named.params, _run(task, "fedvra", gamma=0.3, dual_stepsize=by_hand).params)
+    assert not torch.equal(named.params, _run(task, "fedvra", gamma=0.3, dual_stepsize=1.0).params)
+
+
+def test_label_shift_is_a_dual_stepsize_only():
+    with pytest.raises(fc.validation.ConfigError, match="aggregation_stepsize"):
+        fc.make("fedvra", aggregation_stepsize="label_shift")

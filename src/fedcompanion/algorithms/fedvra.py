@@ -52,13 +52,39 @@ from .base import Algorithm, ServerState, delta, register
 Stepsize = float | str | Callable[[RoundInfo], torch.Tensor]
 
 
-def _stepsize(name: str, value: Stepsize, info: RoundInfo, dtype) -> torch.Tensor:
-    """A per-active-client stepsize [K]: a constant, ``'inverse_probability'`` (1/p_i^r) or a callable."""
+RULES = ("inverse_probability", "local_work", "label_shift")  # named per-client, per-round stepsize rules
+
+
+def label_shift(task, clients: torch.Tensor) -> torch.Tensor:
+    r"""2 TV_i for the given clients [K]: twice the total variation distance between client i's label distribution
+    and that of all the training data, :math:`\sum_c |q_{ic} - q_c|` in [0, 2] (0 for a client whose labels are
+    mixed like everyone's)."""
+    labels = task.y_all.long()
+    classes = int(labels.max()) + 1
+    overall = torch.bincount(labels, minlength=classes).double() / len(labels)
+    out = []
+    for i in clients.tolist():
+        mine = torch.bincount(labels[int(task.offsets[i]):int(task.offsets[i + 1])], minlength=classes).double()
+        out.append(float((mine / mine.sum() - overall).abs().sum()))
+    return torch.tensor(out)
+
+
+def _stepsize(name: str, value: Stepsize, info: RoundInfo, dtype, task=None) -> torch.Tensor:
+    """A per-active-client stepsize [K]: a constant, a callable, or a named rule (ours, for the paper's 'adaptive'
+    stepsizes): ``'inverse_probability'`` 1/p_i^r; ``'local_work'`` Q_i^r / mean_{j in A^r} Q_j^r (a client's share of
+    the round's local work: time-varying under uneven local work); ``'label_shift'`` (dual stepsize only) 2 TV_i,
+    larger for a client whose labels are mixed less like everyone's (the paper: "a relatively large value of a_i^r
+    is preferred when the data distribution gets more non-i.i.d.")."""
     k, device = len(info.clients), info.probs.device
     if callable(value):
         out = torch.as_tensor(value(info), dtype=dtype, device=device).expand(k)
     elif value == "inverse_probability":
         out = 1.0 / info.active_probs.to(dtype)
+    elif value == "local_work":
+        steps = info.steps.to(dtype)
+        out = steps / steps.mean() if k else steps
+    elif value == "label_shift":
+        out = label_shift(task, info.clients.cpu()).to(device, dtype)
     else:
         out = torch.full((k,), float(value), dtype=dtype, device=device)
     if not torch.isfinite(out).all() or (out < 0).any():
@@ -66,9 +92,11 @@ def _stepsize(name: str, value: Stepsize, info: RoundInfo, dtype) -> torch.Tenso
     return out
 
 
-def _check_stepsize(name: str, value: Stepsize) -> Stepsize:
-    if callable(value) or value == "inverse_probability":
+def _check_stepsize(name: str, value: Stepsize, rules: tuple = RULES) -> Stepsize:
+    if callable(value):
         return value
+    if isinstance(value, str):
+        return check_choice(name, value, rules)
     return check_number(name, value, low=0.0)
 
 
@@ -103,8 +131,9 @@ class FedVRAServer(ServerState):
 class FedVRA(Algorithm):
     """FedVRA. Hyperparameters: ``gamma`` (penalty gamma_i; a number or one per client),
     ``dual_stepsize`` a_i^r and ``aggregation_stepsize`` d_i^r (each a number >= 0, a callable
-    ``RoundInfo -> [K]``, or for d ``'inverse_probability'``: d_i^r = 1/p_i^r), ``server_update``
-    ``'split'`` (Steps 19-20) or ``'direct'`` (eq. (10)).
+    ``RoundInfo -> [K]``, or a named rule of :func:`_stepsize`: ``'inverse_probability'`` d_i^r = 1/p_i^r,
+    ``'local_work'``, and for a only ``'label_shift'``), ``server_update`` ``'split'`` (Steps 19-20) or
+    ``'direct'`` (eq. (10)).
 
     Client state: lambda_i (and gamma_i). Uploads: Delta_i and the scalar a_i^r (split) or Delta_i and
     lambda_i (direct)."""
@@ -115,7 +144,8 @@ class FedVRA(Algorithm):
                  aggregation_stepsize: Stepsize = "inverse_probability", server_update: str = "split"):
         self.gamma = _check_gamma(gamma)
         self.dual_stepsize = _check_stepsize("dual_stepsize", dual_stepsize)
-        self.aggregation_stepsize = _check_stepsize("aggregation_stepsize", aggregation_stepsize)
+        self.aggregation_stepsize = _check_stepsize("aggregation_stepsize", aggregation_stepsize,
+                                                    ("inverse_probability", "local_work"))
         self.server_update_rule = check_choice("server_update", server_update, ("split", "direct"))
 
     def hyperparameters(self) -> dict:
@@ -139,7 +169,7 @@ class FedVRA(Algorithm):
 
     def client_update(self, task, received, clients, info, result):
         d_i = delta(received, result)
-        a = _stepsize("dual_stepsize", self.dual_stepsize, info, d_i.dtype)
+        a = _stepsize("dual_stepsize", self.dual_stepsize, info, d_i.dtype, task)
         # (9): lambda_i + a gamma (x_0 - x_i) = lambda_i - a gamma Delta_i, one new [P] per client: neither a [K, P]
         # stack of the old lambdas nor copies of rows out of a [K, P] result (State keeps entries of their own)
         coefficients = (-(a * clients["gamma"])).tolist()

@@ -41,10 +41,12 @@ arena: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper --only 92_arena --only adafedadam/06_ablation \
 		--only fedvra/07_robustness --only fedvra/08_stepsize_rules
 
-# The papers' claims beyond the reproduction's budget: CEADMM and ICEADMM without convexity, and the sweeps over the
-# number of clients and the dimension with CPU time (notebooks/ceadmm/02_beyond_convexity).
+# The papers' claims beyond the reproduction's budget: CEADMM and ICEADMM without convexity, the sweeps over the
+# number of clients and the dimension with CPU time (notebooks/ceadmm/02_beyond_convexity), and the semi-supervised
+# form of FedVRA's two-block extension (notebooks/fedvra/09_semi_supervised).
 extended: $(STAMP)
-	$(BIN)/python -m fedcompanion.reproduce --profile paper --only ceadmm/02_beyond_convexity
+	$(BIN)/python -m fedcompanion.reproduce --profile paper --only ceadmm/02_beyond_convexity \
+		--only fedvra/09_semi_supervised
 
 reproduce-smoke: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile smoke

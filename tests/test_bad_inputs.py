@@ -125,7 +125,7 @@ CASES = [
     ("k0 0", lambda t: fc.make("iceadmm", k0=0), ConfigError, "k0 must be >= 1"),
     ("unknown curvature", lambda t: fc.make("iceadmm", curvature="hessian"), ConfigError, "unknown curvature"),
     ("two_block on a non-clustering task", lambda t: _run(t, algorithm=fc.make("two_block")), ConfigError,
-     "clustering task"),
+     "clustering or semi-supervised task"),
     # ---- tasks and data
     ("unknown dataset", lambda t: fc.tasks.federated_dataset_task("mnsit"), ConfigError, "unknown dataset 'mnsit'"),
     ("unknown partition scheme", lambda t: fc.tasks.federated_dataset_task("mnist", 10, "pathological"),

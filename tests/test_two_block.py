@@ -1,4 +1,7 @@
-"""The two-block (shared centroids + private simplex-constrained assignments) reconstruction."""
+"""The two-block reconstruction: shared centroids + private simplex-constrained assignments (clustering), and
+the model + private pseudo-labels (semi-supervised)."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -59,7 +62,7 @@ def test_two_block_fedvra_reaches_a_stationary_point_and_fedavg_drifts(blobs):
 
 
 def test_two_block_needs_a_clustering_task(lsq):
-    with pytest.raises(fc.ConfigError, match="clustering task"):
+    with pytest.raises(fc.ConfigError, match="clustering or semi-supervised task"):
         fc.run(lsq, fc.make("two_block"), rounds=1)
 
 
@@ -72,3 +75,84 @@ def test_two_block_runs_no_probe_and_refuses_inner_algorithms_that_need_one():
     for inner in ("adafedadam", "qfedavg"):
         with pytest.raises(fc.ConfigError, match="needs the losses at the global model"):
             fc.make("two_block", inner=inner)
+
+
+# ---------------------------------------------------------------- the semi-supervised form (pseudo-labels)
+def _ssl_task(dtype=torch.float64, labelled=(True, False, True, False, False, True)):
+    """3 clients of 2 rows, 3 classes; ``labelled`` marks the rows with one-hot targets (the others: zeros)."""
+    from fedcompanion.tasks.semi_supervised import SOFT_LABELS
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(6, 4, generator=gen).numpy()
+    truth = [0, 1, 2, 0, 1, 2]
+    y = np.zeros((6, 3), dtype=np.float32)
+    for j, (t, keep) in enumerate(zip(truth, labelled)):
+        if keep:
+            y[j, t] = 1.0
+    clients = [(x[2 * i: 2 * i + 2], y[2 * i: 2 * i + 2]) for i in range(3)]
+    return fc.tasks.from_client_arrays("ssl", clients, torch.nn.Linear(4, 3), SOFT_LABELS, dtype=dtype)
+
+
+def test_soft_labels_loss_by_hand():
+    from fedcompanion.tasks.semi_supervised import SOFT_LABELS
+
+    out = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    y = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    expected = -math.log(math.exp(3) / (math.exp(1) + math.exp(2) + math.exp(3)))
+    assert SOFT_LABELS.per_sample(out, y).tolist() == pytest.approx([expected, 0.0], abs=1e-15)
+    assert SOFT_LABELS.correct(out, y)[0] == 1.0 and torch.isnan(SOFT_LABELS.correct(out, y)[1])
+    assert SOFT_LABELS.evaluate(out, torch.tensor([2.0, 1.0])).tolist() == pytest.approx(
+        [expected, math.log(3)], abs=1e-15)  # integer labels (a test set): the usual cross-entropy
+    with pytest.raises(fc.ConfigError, match="simplex"):
+        SOFT_LABELS.check_targets(torch.tensor([[0.5, 0.2, 0.0]]), "here")
+
+
+def test_the_private_step_keeps_labels_and_projects_the_rest_by_hand():
+    """Costs (1, 2, 4) with tau = 4 project to (0.625, 0.375, 0) (worked by hand in the sort-based projection);
+    with tau = 1 to (1, 0, 0)."""
+    assert assignments(torch.tensor([[1.0, 2.0, 4.0]], dtype=torch.float64), 4.0).tolist() == [[0.625, 0.375, 0.0]]
+    assert assignments(torch.tensor([[1.0, 2.0, 4.0]], dtype=torch.float64), 1.0).tolist() == [[1.0, 0.0, 0.0]]
+    from fedcompanion.algorithms.two_block import private_block
+
+    task = _ssl_task()
+    x = task.init_params(0)
+    for i in range(3):
+        inputs, stored = task.client_data(i)
+        z = private_block(task, x, i, 0.5)
+        keep = stored.sum(1) > 0
+        assert torch.equal(z[keep], stored[keep])
+        costs = -torch.log_softmax(task.forward(x, inputs), -1)
+        assert torch.allclose(z[~keep], assignments(costs[~keep], 0.5), rtol=0, atol=1e-15)
+
+
+def test_all_labelled_two_block_fedavg_is_fedavg_with_cross_entropy():
+    """With every row labelled the private step keeps everything: two-block FedAvg on the soft labels is FedAvg on
+    the integer labels (float64, to rounding)."""
+    task = _ssl_task(labelled=(True,) * 6)
+    hard = fc.tasks.from_client_arrays("hard", [(task.client_data(i)[0].numpy(),
+                                                 task.client_data(i)[1].argmax(1).numpy()) for i in range(3)],
+                                       torch.nn.Linear(4, 3), "cross_entropy", dtype=torch.float64)
+    kw = dict(rounds=4, clients_per_round=2, seed=1, lr=0.3, local=fc.LocalWork(steps=3, batch_size=2),
+              eval_every=4, per_client_metrics=False)
+    soft = fc.run(task, fc.make("two_block", tau=0.5, inner="fedavg"), **kw).params
+    assert torch.allclose(soft, fc.run(hard, fc.make("fedavg"), **kw).params, rtol=0, atol=1e-12)
+
+
+def test_pseudo_labels_change_the_run_and_are_the_clients_own():
+    task = _ssl_task()
+    kw = dict(rounds=3, clients_per_round=3, seed=0, lr=0.3, local=fc.LocalWork(steps=2, batch_size=2),
+              eval_every=3, per_client_metrics=False)
+    with_block = fc.run(task, fc.make("two_block", tau=0.5, inner="fedvra"), **kw)
+    alone = fc.run(task, fc.make("fedvra"), **kw)  # the unlabelled rows weigh nothing
+    assert not torch.equal(with_block.params, alone.params)
+    assert with_block.metric("uploaded_floats").equals(alone.metric("uploaded_floats"))  # pseudo-labels stay home
+
+
+def test_semi_supervised_task_labels_a_fraction_of_every_client():
+    task = fc.tasks.semi_supervised_task(num_clients=20, alpha=0.1, labelled_fraction=0.05, seed=3)
+    labelled = task.y_all.sum(1) > 0
+    assert bool((task.client_means(labelled.double()) > 0).all())
+    assert bool((task.y_all[labelled].argmax(1) == task.labels[labelled]).all())
+    assert abs(float(labelled.double().mean()) - 0.05) < 0.01
+    with pytest.raises(fc.ConfigError, match="labelled_fraction"):
+        fc.tasks.semi_supervised_task(num_clients=20, labelled_fraction=0.0)

@@ -38,7 +38,8 @@ def notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
 # need more runs than the reproduction's budget leaves (the ADMM family without convexity, the m and n sweeps) have
 # `make extended`.
 OWN_TARGET = {"92_arena": "make arena", "06_ablation": "make arena", "07_robustness": "make arena",
-              "08_stepsize_rules": "make arena", "02_beyond_convexity": "make extended"}
+              "08_stepsize_rules": "make arena", "02_beyond_convexity": "make extended",
+              "09_semi_supervised": "make extended"}
 
 
 def selected(only: str | list[str], profile: str, folder: Path = ROOT / "notebooks") -> list[Path]:

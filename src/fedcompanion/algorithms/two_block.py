@@ -21,6 +21,11 @@ step, server Steps 19-20) or, as the baseline, FedAvg. :class:`TwoBlock` wraps a
 algorithm this way. The assignments are the client's own state (``state.clients['assignments']``, never
 uploaded) and reach the engines as the local objective's targets, so the engines train on them like labels;
 the task is never changed.
+
+The same step serves the **semi-supervised** form (:mod:`fedcompanion.tasks.semi_supervised`): there the private
+block is the pseudo-label matrix of a client's unlabelled rows, the costs are the per-class losses
+:math:`\ell_{jc} = -\log\mathrm{softmax}_c(\mathrm{out}_j)` (the loss's ``costs``) instead of the distances, and a
+labelled row (a stored one-hot target) keeps its label: :func:`private_block`.
 """
 from __future__ import annotations
 
@@ -48,18 +53,39 @@ def assignments(distances: torch.Tensor, tau: float) -> torch.Tensor:
     return project_rows_to_simplex(-distances / tau)
 
 
+PRIVATE_BLOCK_LOSSES = ("cluster", "soft_labels")  # the losses whose targets are a private block on the simplex
+
+
+def private_block(task, x: torch.Tensor, client: int, tau: float, mass: float = 1.0) -> torch.Tensor:
+    """Client ``client``'s exact private-block step at the model ``x``: each row's minimiser of
+    <c_j, z> + tau/2 ||z||^2 over the simplex scaled by ``mass`` (rows summing to ``mass``), z_j = mass *
+    :func:`assignments` (c_j, tau * mass), with c_j its costs (clustering: the model's outputs, the squared
+    distances; semi-supervised: the loss's per-class ``costs``); the rows whose stored target is a label (a row
+    summing to 1) keep it."""
+    inputs, stored = task.client_data(client)
+    out = task.forward(x, inputs)
+    z = mass * assignments(task.loss.costs(out) if hasattr(task.loss, "costs") else out, tau * mass)
+    return torch.where(stored.sum(-1, keepdim=True) > 0, stored, z)
+
+
 @register
 class TwoBlock(Algorithm):
     """Exact private-block (assignment) step, then ``inner`` on the shared block.
 
     Hyperparameters: ``tau`` (the assignment regulariser, > 0), ``inner`` (a registered algorithm
-    name, e.g. ``'fedvra'`` or ``'fedavg'``) and ``inner_hyperparameters``. Client state: the inner
+    name, e.g. ``'fedvra'`` or ``'fedavg'``), ``inner_hyperparameters`` and ``mass`` (the total weight of a row
+    of the private block, in (0, 1]: 1 for clustering's assignments; below 1, an unlabelled row's pseudo-labels
+    weigh less than a label) and ``start_round`` (the first round with a private step; before it the clients train
+    on their stored targets: a warm-up on the labelled rows alone). Client state: the inner
     algorithm's, plus each client's assignments [n_i, C]. Communication is the inner algorithm's."""
 
     name = "two_block"
 
-    def __init__(self, tau: float = 1.0, inner: str = "fedvra", inner_hyperparameters: dict | None = None):
+    def __init__(self, tau: float = 1.0, inner: str = "fedvra", inner_hyperparameters: dict | None = None,
+                 mass: float = 1.0, start_round: int = 0):
         self.tau = check_number("tau", tau, low=0.0, low_open=True)
+        self.mass = check_number("mass", mass, low=0.0, high=1.0, low_open=True)
+        self.start_round = check_number("start_round", start_round, low=0, integer=True)
         if inner == self.name:
             raise ConfigError("two_block's inner algorithm cannot be two_block")
         self.inner = inner
@@ -72,19 +98,21 @@ class TwoBlock(Algorithm):
                               "model (a probe), which would score the stored zero targets instead of the assignments")
 
     def init(self, task, x0):
-        if task.loss.name != "cluster":
-            raise ConfigError(f"two_block needs a clustering task (loss 'cluster'), got {task.loss.name!r}")
+        if task.loss.name not in PRIVATE_BLOCK_LOSSES:
+            raise ConfigError(f"two_block needs a clustering or semi-supervised task (loss 'cluster' or "
+                              f"'soft_labels'), got {task.loss.name!r}")
         inner = self._inner.init(task, x0)
-        zeros = tuple(torch.zeros_like(task.client_data(i)[1]) for i in range(task.num_clients))
-        return State(inner.server, {**inner.clients, "assignments": zeros})
+        stored = tuple(task.client_data(i)[1].clone() for i in range(task.num_clients))  # labels, or zeros
+        return State(inner.server, {**inner.clients, "assignments": stored})
 
     def broadcast(self, state):
         return self._inner.broadcast(state)
 
     def local_objective(self, task, received, clients, info):
-        with torch.no_grad():  # private block: exact minimisation at the broadcast model
-            z = tuple(assignments(task.forward(received["x"], task.client_data(i)[0]), self.tau)
-                      for i in info.clients.tolist())
+        with torch.no_grad():  # private block: exact minimisation at the broadcast model (from start_round on;
+            # before it, the stored targets: no weight on the unlabelled rows of a semi-supervised task)
+            z = tuple(private_block(task, received["x"], i, self.tau, self.mass) if info.round >= self.start_round
+                      else task.client_data(i)[1] for i in info.clients.tolist())
         return self._inner.local_objective(task, received, clients, info).replace(targets=z)
 
     def client_update(self, task, received, clients, info, result):

@@ -1,5 +1,6 @@
-"""Tasks: a model, a loss and per-client data (:mod:`.core`: :class:`Task`, :func:`from_client_arrays`), and the
-tasks built by name (:mod:`.builders`: :data:`TASKS`, :func:`register_task`)."""
+"""Tasks: a model, a loss and per-client data (:mod:`.core`: :class:`Task`, :func:`from_client_arrays`), the
+tasks built by name (:mod:`.builders`: :data:`TASKS`, :func:`register_task`) and the semi-supervised one
+(:mod:`.semi_supervised`)."""
 from .builders import (
     PARTITIONED_TASKS,
     QSAR_SETTINGS,
@@ -12,9 +13,10 @@ from .builders import (
     synthetic_task,
 )
 from .core import ClientSplit, Task, from_client_arrays, linear_design, task_digest
+from .semi_supervised import SOFT_LABELS, semi_supervised_task
 
 __all__ = [
-    "PARTITIONED_TASKS", "QSAR_SETTINGS", "TASKS", "ClientSplit", "Task", "clustering_task", "federated_dataset_task",
-    "from_client_arrays", "least_squares_task", "linear_design", "qsar_logistic_task", "register_task",
-    "synthetic_task", "task_digest",
+    "PARTITIONED_TASKS", "QSAR_SETTINGS", "SOFT_LABELS", "TASKS", "ClientSplit", "Task", "clustering_task",
+    "federated_dataset_task", "from_client_arrays", "least_squares_task", "linear_design", "qsar_logistic_task",
+    "register_task", "semi_supervised_task", "synthetic_task", "task_digest",
 ]

@@ -156,3 +156,28 @@ def test_semi_supervised_task_labels_a_fraction_of_every_client():
     assert abs(float(labelled.double().mean()) - 0.05) < 0.01
     with pytest.raises(fc.ConfigError, match="labelled_fraction"):
         fc.tasks.semi_supervised_task(num_clients=20, labelled_fraction=0.0)
+
+
+def test_a_private_row_of_mass_m_is_the_minimiser_on_the_scaled_simplex():
+    """min <c, z> + tau/2 ||z||^2 over z >= 0, sum z = m: z = m * assignments(c, tau * m); checked against random
+    feasible points."""
+    from fedcompanion.algorithms.two_block import private_block
+
+    task = _ssl_task(labelled=(False,) * 6)
+    x = task.init_params(1)
+    z = private_block(task, x, 1, 0.2, 0.3)
+    assert torch.allclose(z.sum(1), torch.full((2,), 0.3, dtype=torch.float64))
+    c = -torch.log_softmax(task.forward(x, task.client_data(1)[0]), -1)
+    value = lambda q: (q * c).sum(-1) + 0.1 * (q * q).sum(-1)  # noqa: E731  (tau / 2 = 0.1)
+    others = 0.3 * torch.distributions.Dirichlet(torch.ones(3, dtype=torch.float64)).sample((2000, 2))
+    assert (value(z) <= value(others).min(0).values + 1e-12).all()
+
+
+def test_no_pseudo_labels_before_start_round():
+    """Up to start_round the clients train on their stored targets: two_block with start_round beyond the run is
+    the inner algorithm on the labelled rows alone, bit for bit."""
+    task = _ssl_task()
+    kw = dict(rounds=3, clients_per_round=3, seed=0, lr=0.3, local=fc.LocalWork(steps=2, batch_size=2),
+              eval_every=3, per_client_metrics=False)
+    late = fc.run(task, fc.make("two_block", tau=0.5, inner="fedavg", start_round=3), **kw)
+    assert torch.equal(late.params, fc.run(task, fc.make("fedavg"), **kw).params)

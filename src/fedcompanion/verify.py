@@ -64,6 +64,7 @@ SUBSETS = {
     # a few seconds each: one float64 solver run, one float64 engine run, one float32 engine run
     "smoke": [
         lambda c, m: c["algorithm"] == "iceadmm" and c["task"] == "least_squares"
+        and m.get("label", "").startswith("linear regression|")  # ceadmm/01's (not the m and n sweeps')
         and c["hyperparameters"].get("k0") == 5 and "sigma" not in c["hyperparameters"],
         lambda c, m: c["algorithm"] == "naccadam" and c["hyperparameters"].get("accumulate") == 4 and c["seed"] == 0,
         lambda c, m: m.get("label") == "FedVRA" and c["algorithm"] == "fedvra" and c["rounds"] <= 20

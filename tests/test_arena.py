@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from fedcompanion import arena, cli
-from fedcompanion.reproduce import ROOT, selected
+from fedcompanion.reproduce import ROOT, part, selected
+from fedcompanion.report import Summary, _inside
 from fedcompanion.validation import ConfigError
 
 SEEDS = [0, 1, 2, 3, 4]
@@ -126,12 +127,34 @@ def test_the_command_line_names_a_bad_task(capsys):
     assert "unknown arena task 'nope'" in capsys.readouterr().err
 
 
-def test_make_reproduce_leaves_the_arena_to_its_own_target():
+def test_make_reproduce_runs_the_arenas_qsar_part_and_leaves_the_whole_to_its_own_target():
     paper = [p.stem for p in selected("", "paper")]
-    assert "92_arena" not in paper and "00_tour" in paper
+    assert "92_arena" in paper and "00_tour" in paper
+    nb = next(p for p in selected("", "paper") if p.stem == "92_arena")
+    name, parameters = part(nb, "paper", [])
+    assert parameters == {"tasks": ["qsar"]} and name == arena.summary_name(["qsar"], arena.METHODS) == "92_arena-qsar"
+    assert part(nb, "paper", ["92_arena"]) is None and part(nb, "smoke", []) is None  # make arena: the whole
     assert [p.stem for p in selected("92_arena", "paper")] == ["92_arena"]
     assert "92_arena" in [p.stem for p in selected("", "smoke")]
     assert "arena:" in (ROOT / "Makefile").read_text() and "--only 92_arena" in (ROOT / "Makefile").read_text()
     assert "06_ablation" not in paper and "07_robustness" not in paper and "06_rate" in paper
     both = selected(["92_arena", "adafedadam/06_ablation"], "paper")
     assert sorted(p.stem for p in both) == ["06_ablation", "92_arena"]
+
+
+def test_a_part_of_the_arena_has_its_own_summary_and_figures_and_the_report_shows_the_whole():
+    every = list(arena.METHODS)
+    assert arena.summary_name(list(reversed(arena.TASKS)), every) == "92_arena"
+    assert arena.summary_name(["qsar", "mnist-shards"], ["FedAvg", "FedVRA"]) == "92_arena-qsar-mnist-shards-2-methods"
+    assert arena.figure_name("ranking", "92_arena") == "arena_ranking"
+    assert arena.figure_name("fairness", "92_arena-qsar") == "arena_fairness-qsar"
+    one = {"diverged": [], "sentence": "s", "runs": 1, "ranking": [], "tuned": {},
+           "task": {"description": "d", "metric": "m", "target": 1.0}}
+    whole = Summary("92_arena", "t", "paper", [], checks={"arena": {"qsar": one, "mnist-shards": one}},
+                    diverged=[{"label": "x", "seed": 1}])
+    qsar = Summary("92_arena-qsar", "t", "paper", [], checks={"arena": {"qsar": one}},
+                   diverged=[{"label": "x", "seed": 1}])
+    assert arena.shown([qsar, whole]) is whole and arena.shown([qsar]) is qsar and arena.shown([]) is None
+    assert "figures/arena_ranking-qsar.png" in "\n".join(arena.markdown(qsar.checks["arena"], qsar.notebook))
+    assert "figures/arena_ranking.png" in "\n".join(arena.markdown(whole.checks["arena"], whole.notebook))
+    assert _inside(qsar, whole) and not _inside(whole, whole) and not _inside(qsar, None)

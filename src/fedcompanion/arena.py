@@ -342,15 +342,42 @@ def plot(outcomes: dict[str, Outcome], column: str = "metric"):
     return fig
 
 
-def markdown(summary: dict) -> list[str]:
-    """The report's arena section from a stored summary (``checks['arena']``): per task its sentence and a ranked
-    table with intervals, then where every hyperparameter came from."""
+NOTEBOOK = "92_arena"  # the notebook's summary name (and its figures' prefix) when it runs the whole arena
+
+
+def summary_name(tasks, methods) -> str:
+    """The name the arena notebook records its summary under: ``92_arena`` for every task and method, else a part's
+    name, ``92_arena-`` with its tasks (and ``-N-methods`` for fewer methods): ``make reproduce``'s QSAR panel is
+    ``92_arena-qsar``. A part never replaces the whole arena's summary, nor (:func:`figure_name`) its figures."""
+    tasks, methods = list(tasks), list(methods)
+    part = ([] if sorted(tasks) == sorted(TASKS) else tasks) + \
+        ([] if sorted(methods) == sorted(METHODS) else [f"{len(methods)}-methods"])
+    return "-".join([NOTEBOOK, *part])
+
+
+def figure_name(kind: str, summary: str) -> str:
+    """The file name (no extension) of an arena figure: ``arena_ranking``, ``arena_fairness`` for the whole arena,
+    with the part's suffix for a part (``arena_ranking-qsar``)."""
+    return f"arena_{kind}{summary[len(NOTEBOOK):]}"
+
+
+def shown(summaries: list):
+    """The arena a report shows, from the notebooks' summaries: the one with the most tasks (the whole arena once
+    `make arena` has run, else the part `make reproduce` runs), ``None`` if the notebook has not run."""
+    arenas = [s for s in summaries if "arena" in s.checks]
+    return max(arenas, key=lambda s: (len(s.checks["arena"]), s.notebook == NOTEBOOK), default=None)
+
+
+def markdown(summary: dict, name: str = NOTEBOOK) -> list[str]:
+    """The report's arena section from a stored summary (``checks['arena']`` of the summary ``name``): per task its
+    sentence and a ranked table with intervals, then where every hyperparameter came from."""
+    part = "" if name == NOTEBOOK else f" This is a part of it, `{name}`; `make arena` runs the whole."
     lines = ["## The arena: every method on the same tasks", "",
              "Not a claim of any paper: every engine algorithm tuned by one protocol with one budget "
              "(`notebooks/92_arena.ipynb`, `fedcompanion.arena`). Means over the evaluation seeds with 95% t "
-             "intervals; *tie*: the paired difference with the best has an interval containing 0.", "",
-             "![The arena's ranking](figures/arena_ranking.png)", "",
-             "![The worst 10% of clients in the arena](figures/arena_fairness.png)", ""]
+             f"intervals; *tie*: the paired difference with the best has an interval containing 0.{part}", "",
+             f"![The arena's ranking](figures/{figure_name('ranking', name)}.png)", "",
+             f"![The worst 10% of clients in the arena](figures/{figure_name('fairness', name)}.png)", ""]
     for o in summary.values():
         task = o["task"]
         lines += [f"### {task['description']}", "", f"* {o['sentence']}",

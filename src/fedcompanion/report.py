@@ -208,7 +208,7 @@ def read_history(results_dir: str | Path) -> dict:
 def render(results_dir: str | Path = "results") -> str:
     """REPRODUCTION.md from the summaries in ``results_dir`` (deterministic: the same files, the same text): the
     numbers gathered here, the layout in ``templates/reproduction.md.j2``."""
-    from .arena import markdown as arena_markdown  # (the arena's section: notebook 92, when it has run)
+    from .arena import markdown as arena_markdown, shown as shown_arena  # (notebook 92's section, once it has run)
     from .experiments.tuning import format_setting as show
 
     summaries = load_summaries(results_dir)
@@ -220,10 +220,11 @@ def render(results_dir: str | Path = "results") -> str:
                   value=show(t["value"]), score=t["score"], at_edge=t["at_edge"],
                   grid="; ".join(f"{k}: " + ", ".join(f"{v:g}" for v in g) for k, g in t["grid"].items()))
              for s in summaries for m, t in s.checks.get("tuned", {}).items() if "default" in t]
+    whole = shown_arena(summaries)
     diverged = [dict(notebook=s.notebook, label=d.get("label", "?"), seed=d.get("seed", "?"), role=_role(d),
                      round=d.get("round", "?"), tuning=d.get("role") == "tuning")
-                for s in summaries for d in s.diverged]
-    arena = next(("\n".join(arena_markdown(s.checks["arena"])) for s in summaries if "arena" in s.checks), "")
+                for s in summaries if not _inside(s, whole) for d in s.diverged]
+    arena = "\n".join(arena_markdown(whole.checks["arena"], whole.notebook)) if whole else ""
     text = _template("reproduction.md.j2").render(
         profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"), forest=FOREST,
         papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain,
@@ -234,6 +235,13 @@ def render(results_dir: str | Path = "results") -> str:
         elapsed=timings.get("elapsed"), parallel=timings.get("parallel"),
         figures=sorted({f for s in summaries for c in s.claims for f in c.figures}))
     return text.rstrip() + "\n"
+
+
+def _inside(part: Summary, whole: Summary | None) -> bool:
+    """Whether ``part`` is a part of the arena whose tasks ``whole`` (the arena shown) holds too: its diverged runs
+    are the whole's own (the same configurations), listed once."""
+    return (whole is not None and part is not whole and "arena" in part.checks
+            and set(part.checks["arena"]) <= set(whole.checks["arena"]))
 
 
 @functools.cache

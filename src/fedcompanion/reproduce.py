@@ -42,13 +42,27 @@ OWN_TARGET = {"92_arena": "make arena", "06_ablation": "make arena", "07_robustn
               "09_semi_supervised": "make extended"}
 
 
+# A part of a notebook with its own target that `make reproduce` does run: the arena's QSAR panel (every method, the
+# whole protocol; the same runs and numbers as that panel of `make arena`), under the summary name the notebook
+# gives that part (`arena.summary_name`), with the notebook parameters that select it.
+PART_IN_REPRODUCE = {"92_arena": ("92_arena-qsar", {"tasks": ["qsar"]})}
+
+
 def selected(only: str | list[str], profile: str, folder: Path = ROOT / "notebooks") -> list[Path]:
     """The notebooks a reproduction executes: those whose path contains ``only`` (or one of several); without
-    ``only`` at the paper profile, every notebook but those of :data:`OWN_TARGET`."""
+    ``only`` at the paper profile, every notebook but those of :data:`OWN_TARGET` (save the parts of
+    :data:`PART_IN_REPRODUCE`)."""
     only = [only] if isinstance(only, str) and only else list(only or [])
     if only:
         return [nb for nb in notebooks(folder) if any(text in str(nb) for text in only)]
-    return [nb for nb in notebooks(folder) if profile != "paper" or not any(nb.stem.startswith(k) for k in OWN_TARGET)]
+    return [nb for nb in notebooks(folder) if profile != "paper" or nb.stem in PART_IN_REPRODUCE
+            or not any(nb.stem.startswith(k) for k in OWN_TARGET)]
+
+
+def part(notebook: Path, profile: str, only) -> tuple[str, dict] | None:
+    """The part of ``notebook`` a reproduction runs (its summary name and parameters): at the paper profile without
+    ``only`` (`make reproduce`), that of :data:`PART_IN_REPRODUCE`; else ``None``, the whole notebook."""
+    return PART_IN_REPRODUCE.get(notebook.stem) if profile == "paper" and not only else None
 
 
 # README's order, as path prefixes with the part each belongs to: the tour, the papers, then beyond them
@@ -132,11 +146,12 @@ def notebook_parameters(notebook: Path, params: dict, jobs: int) -> dict:
     return params | ({"jobs": jobs} if "jobs" in declared_parameters(notebook) else {})
 
 
-def longest_first(todo: list[Path], previous: dict[str, float]) -> list[Path]:
-    """``todo`` ordered by the wall time each notebook took last time, longest first (unknown ones first, in
-    reading order): the schedule that keeps every worker busy to the end."""
+def longest_first(todo: list[Path], previous: dict[str, float], names: dict[Path, str] | None = None) -> list[Path]:
+    """``todo`` ordered by the wall time each notebook (recorded under its name in ``names``, else its path) took
+    last time, longest first (unknown ones first, in reading order): the schedule that keeps every worker busy to
+    the end."""
     def key(nb: Path):
-        seconds = previous.get(str(nb.relative_to(ROOT / "notebooks").with_suffix("")))
+        seconds = previous.get((names or {}).get(nb) or str(nb.relative_to(ROOT / "notebooks").with_suffix("")))
         return (seconds is not None, -(seconds or 0.0))
     return sorted(todo, key=key)
 
@@ -177,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         params.update(results_dir="build/smoke-results", figures_dir="build/smoke-figures")
         results, figures = ROOT / "build" / "smoke-results", ROOT / "build" / "smoke-figures"
     parallel = min(args.parallel, len(todo))  # more workers than notebooks would only take cores from them
+    runs = {nb: part(nb, args.profile, args.only) or (str(nb.relative_to(ROOT / "notebooks").with_suffix("")), {})
+            for nb in todo}  # each notebook's name (its summary's, its time's) and the parameters selecting a part
     if parallel > 1:  # several at a time: longest first; one at a time: reading order
-        todo = longest_first(todo, read_timings(results).get("notebooks", {}))
+        todo = longest_first(todo, read_timings(results).get("notebooks", {}), {nb: runs[nb][0] for nb in todo})
     cold = from_empty_cache(results)  # wall times are recorded only for a reproduction from an empty cache
     before = set(results.glob("*.json"))
     threads = kernel_threads(parallel, os.cpu_count() or 1)
@@ -188,12 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         futures = {}
         for nb in todo:
             rel = nb.relative_to(ROOT / "notebooks")
-            given = notebook_parameters(nb, params, jobs)
-            futures[pool.submit(_execute_timed, nb, out_dir / rel, given, parallel == 1, threads)] = rel
+            name, selection = runs[nb]
+            given = notebook_parameters(nb, params | selection, jobs)
+            futures[pool.submit(_execute_timed, nb, out_dir / rel, given, parallel == 1, threads)] = rel, name
         print(f"executing {len(todo)} notebooks, {parallel} at a time, {jobs} sweep process(es) each "
               f"(profile={args.profile})", flush=True)
         for k, future in enumerate(as_completed(futures), 1):
-            rel = futures[future]
+            rel, name = futures[future]
             try:
                 seconds = future.result()
             except Exception as error:  # the others go on; the reproduction fails at the end
@@ -201,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{k}/{len(todo)}] {rel} FAILED: {str(error).strip().splitlines()[-1:]}", flush=True)
                 continue
             if cold:
-                write_timings(results, {str(rel.with_suffix("")): seconds})
-            print(f"[{k}/{len(todo)}] {rel} done in {seconds:.0f} s", flush=True)
+                write_timings(results, {name: seconds})
+            print(f"[{k}/{len(todo)}] {rel}{f' ({name})' if name != str(rel.with_suffix('')) else ''} done in "
+                  f"{seconds:.0f} s", flush=True)
     elapsed = time.time() - start
     if failed:
         print(f"error: {len(failed)} notebook(s) failed: {', '.join(map(str, failed))} (executed copies with the "
@@ -225,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     computed = len(set(results.glob("*.json")) - before)
     print(f"{computed} run(s) computed here; {len(before)} were already in {results.relative_to(ROOT)} (read from the "
           "cache where a notebook needed them, and listed by the platform that computed them in the report)")
-    left = [f"{k} ({v})" for k, v in OWN_TARGET.items() if not any(nb.stem.startswith(k) for nb in todo)]
+    left = [f"{k} ({v}{'; its part ' + PART_IN_REPRODUCE[k][0] + ' ran here' if k in PART_IN_REPRODUCE else ''})"
+            for k, v in OWN_TARGET.items() if k in PART_IN_REPRODUCE or not any(nb.stem.startswith(k) for nb in todo)]
     if left and not args.only:
         print(f"not executed here, each with its own target: {', '.join(left)}")
     print(f"total {elapsed:.0f} s elapsed; executed notebooks in {out_dir.relative_to(ROOT)}; report {report}")

@@ -78,20 +78,22 @@ def for_readers(notebook: dict) -> dict:
 
 
 def figure_pages(notebooks: Path, figures: Path) -> dict[str, str]:
-    """Each figure's name -> the page (a notebook path without suffix) whose code saves it."""
+    """Each figure's name -> the page (a notebook path without suffix) whose code saves it: the code names it in
+    quotes, or names its base for a part's figure (``arena_ranking-qsar``: ``"arena_ranking" + PART``)."""
     pages: dict[str, str] = {}
     names = [p.stem for p in sorted(figures.glob("*.png"))]
     for nb in sorted(notebooks.rglob("*.ipynb")):
         code = "".join("".join(c["source"]) for c in json.loads(nb.read_text(encoding="utf-8"))["cells"]
                        if c["cell_type"] == "code")
         for name in names:
-            if re.search(rf"""["']{re.escape(name)}["']""", code):
+            if re.search(rf"""["']{re.escape(name.split("-")[0])}["']""", code):
                 pages.setdefault(name, "notebooks/" + nb.relative_to(notebooks).with_suffix("").as_posix())
     return pages
 
 
 def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[str, str], results: Path) -> str:
     """``docs/index.md`` with the verdicts, the gallery and the reading-order toctrees in place of its marker."""
+    from .arena import figure_name, shown as shown_arena
     from .report import FOREST, NoSummaries, claims_table, load_summaries
 
     summaries = load_summaries(results)
@@ -102,12 +104,14 @@ def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[s
              "and n (right of 0: the claimed direction). Each word comes from the rule in `fedcompanion.verdict`; "
              "the [reproduction report](REPRODUCTION.md) has every number.", "",
              f"![The verdicts' effects and intervals](figures/{FOREST}.png)", "", claims_table(summaries), ""]
-    arena = next((s.checks["arena"] for s in summaries if "arena" in s.checks), None)
-    if arena and (figures / "arena_ranking.png").exists():  # beside the claims: every method on the same tasks
+    arena = shown_arena(summaries)
+    ranking = figure_name("ranking", arena.notebook) if arena else ""
+    if arena and (figures / f"{ranking}.png").exists():  # beside the claims: every method on the same tasks
         parts += ["## The arena", "", "Every engine algorithm on the same tasks under one tuning budget (not a claim "
                   "of any paper; [the notebook](notebooks/92_arena.ipynb)): the mean with its 95% interval, filled "
                   "where a method cannot be told apart from the best.", "",
-                  *[f"* {o['sentence']}" for o in arena.values()], "", "![The arena](figures/arena_ranking.png)", ""]
+                  *[f"* {o['sentence']}" for o in arena.checks["arena"].values()], "",
+                  f"![The arena](figures/{ranking}.png)", ""]
     parts += ["## Every figure", "", '<div class="fc-gallery">']
     for png in sorted(figures.glob("*.png")):
         target = f"{pages[png.stem]}.html" if png.stem in pages else f"_static/gallery/{png.name}"

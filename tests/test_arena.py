@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from fedcompanion import arena, cli
-from fedcompanion.reproduce import ROOT, part, selected
 from fedcompanion.report import Summary, _inside
+from fedcompanion.reproduce import ROOT, part, selected
 from fedcompanion.validation import ConfigError
 
 SEEDS = [0, 1, 2, 3, 4]

@@ -208,7 +208,8 @@ def read_history(results_dir: str | Path) -> dict:
 def render(results_dir: str | Path = "results") -> str:
     """REPRODUCTION.md from the summaries in ``results_dir`` (deterministic: the same files, the same text): the
     numbers gathered here, the layout in ``templates/reproduction.md.j2``."""
-    from .arena import markdown as arena_markdown, shown as shown_arena  # (notebook 92's section, once it has run)
+    from .arena import markdown as arena_markdown  # (notebook 92's section, once it has run)
+    from .arena import shown as shown_arena
     from .experiments.tuning import format_setting as show
 
     summaries = load_summaries(results_dir)

@@ -93,7 +93,8 @@ def figure_pages(notebooks: Path, figures: Path) -> dict[str, str]:
 
 def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[str, str], results: Path) -> str:
     """``docs/index.md`` with the verdicts, the gallery and the reading-order toctrees in place of its marker."""
-    from .arena import figure_name, shown as shown_arena
+    from .arena import figure_name
+    from .arena import shown as shown_arena
     from .report import FOREST, NoSummaries, claims_table, load_summaries
 
     summaries = load_summaries(results)

@@ -87,3 +87,18 @@ def test_math_renders_in_a_browser_with_no_network(site, tmp_path):
         start = dom.index('class="bd-links bd-docs-nav"')
         sidebar = dom[start:dom.index("</nav>", start)]
         assert "<mjx-container" in sidebar and "\\(" not in sidebar, f"{page.name}: the sidebar's titles are typeset"
+
+
+def test_each_notebook_comes_from_its_paper_run_where_it_has_one_else_from_the_smoke_run(tmp_path):
+    """A partial `make reproduce --only ...` leaves the other notebooks' smoke copies on the site, not holes."""
+    from fedcompanion.site import executed_notebooks
+
+    assert executed_notebooks(tmp_path) is None
+    for folder, name in (("executed", "00_tour"), ("executed", "fedvra/01_x"), ("reproduce", "fedvra/01_x")):
+        (tmp_path / folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / f"{name}.ipynb").write_text(folder)
+    gathered = executed_notebooks(tmp_path)
+    assert sorted(p.relative_to(gathered).as_posix() for p in gathered.rglob("*.ipynb")) == [
+        "00_tour.ipynb", "fedvra/01_x.ipynb"]
+    assert (gathered / "00_tour.ipynb").read_text() == "executed"
+    assert (gathered / "fedvra/01_x.ipynb").read_text() == "reproduce"

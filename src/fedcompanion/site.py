@@ -2,8 +2,8 @@
 
 The source is assembled in ``build/site-src`` from ``docs/`` (the API reference, the paper notes, the design,
 benchmark and determinism pages), the generated ``REPRODUCTION.md`` with ``figures/``, and the executed notebooks
-(``build/reproduce`` from ``make reproduce``, or else ``build/executed`` from ``make test``), then rendered by
-Sphinx with myst-nb without executing anything. Warnings are errors.
+(each one's ``build/reproduce`` copy from ``make reproduce``, else its ``build/executed`` copy from ``make test``),
+then rendered by Sphinx with myst-nb without executing anything. Warnings are errors.
 
 What the assembly adds to the sources:
 
@@ -30,12 +30,18 @@ SMOKE_BANNER = (":::{warning}\nThis page was built from the **smoke profile** (`
                 "numbers mean nothing. `make reproduce`, then `make html`, builds it from the paper-scale run.\n:::")
 
 
-def executed_notebooks() -> Path | None:
-    """The folder of executed notebooks the site is built from (paper profile first, else smoke), or None."""
-    for folder in (ROOT / "build" / "reproduce", ROOT / "build" / "executed"):
-        if folder.exists() and any(folder.rglob("*.ipynb")):
-            return folder
-    return None
+def executed_notebooks(build: Path = ROOT / "build") -> Path | None:
+    """The executed notebooks the site is built from, gathered in ``build/site-notebooks``: each notebook's
+    paper-profile copy (``build/reproduce``: `make reproduce`, `make arena`, `make extended`) where it has one, else
+    its smoke copy (``build/executed``: `make test`), whose page says so; None where there is neither."""
+    gathered = build / "site-notebooks"
+    shutil.rmtree(gathered, ignore_errors=True)
+    for folder in (build / "executed", build / "reproduce"):  # the paper copies last: they win
+        for nb in sorted(folder.rglob("*.ipynb")) if folder.exists() else []:
+            if ".ipynb_checkpoints" not in nb.parts:
+                (gathered / nb.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(nb, gathered / nb.relative_to(folder))
+    return gathered if gathered.exists() else None
 
 
 def _profile(cells: list[dict]) -> str | None:
@@ -108,9 +114,10 @@ def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[s
     arena = shown_arena(summaries)
     ranking = figure_name("ranking", arena.notebook) if arena else ""
     if arena and (figures / f"{ranking}.png").exists():  # beside the claims: every method on the same tasks
+        page = "[the notebook](notebooks/92_arena.ipynb)" if "92_arena" in notebooks else "`notebooks/92_arena.ipynb`"
         parts += ["## The arena", "", "Every engine algorithm on the same tasks under one tuning budget (not a claim "
-                  "of any paper; [the notebook](notebooks/92_arena.ipynb)): the mean with its 95% interval, filled "
-                  "where a method cannot be told apart from the best.", "",
+                  f"of any paper; {page}): the mean with its 95% interval, filled where a method cannot be told apart "
+                  "from the best.", "",
                   *[f"* {o['sentence']}" for o in arena.checks["arena"].values()], "",
                   f"![The arena](figures/{ranking}.png)", ""]
     parts += ["## Every figure", "", '<div class="fc-gallery">']

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from fedcompanion import arena, cli
-from fedcompanion.report import Summary, _inside
+from fedcompanion.report import Summary, _inside, shown_arena
 from fedcompanion.reproduce import ROOT, part, selected
 from fedcompanion.validation import ConfigError
 
@@ -154,7 +154,7 @@ def test_a_part_of_the_arena_has_its_own_summary_and_figures_and_the_report_show
                     diverged=[{"label": "x", "seed": 1}])
     qsar = Summary("92_arena-qsar", "t", "paper", [], checks={"arena": {"qsar": one}},
                    diverged=[{"label": "x", "seed": 1}])
-    assert arena.shown([qsar, whole]) is whole and arena.shown([qsar]) is qsar and arena.shown([]) is None
+    assert shown_arena([qsar, whole]) is whole and shown_arena([qsar]) is qsar and shown_arena([]) is None
     assert "figures/arena_ranking-qsar.png" in "\n".join(arena.markdown(qsar.checks["arena"], qsar.notebook))
     assert "figures/arena_ranking.png" in "\n".join(arena.markdown(whole.checks["arena"], whole.notebook))
     assert _inside(qsar, whole) and not _inside(whole, whole) and not _inside(qsar, None)

@@ -348,7 +348,8 @@ NOTEBOOK = "92_arena"  # the notebook's summary name (and its figures' prefix) w
 def summary_name(tasks, methods) -> str:
     """The name the arena notebook records its summary under: ``92_arena`` for every task and method, else a part's
     name, ``92_arena-`` with its tasks (and ``-N-methods`` for fewer methods): ``make reproduce``'s QSAR panel is
-    ``92_arena-qsar``. A part never replaces the whole arena's summary, nor (:func:`figure_name`) its figures."""
+    ``92_arena-qsar``. A part never replaces the whole arena's summary, nor (:func:`figure_name`) its figures
+    (:func:`fedcompanion.report.shown_arena` chooses the one a report shows)."""
     tasks, methods = list(tasks), list(methods)
     part = ([] if sorted(tasks) == sorted(TASKS) else tasks) + \
         ([] if sorted(methods) == sorted(METHODS) else [f"{len(methods)}-methods"])
@@ -359,13 +360,6 @@ def figure_name(kind: str, summary: str) -> str:
     """The file name (no extension) of an arena figure: ``arena_ranking``, ``arena_fairness`` for the whole arena,
     with the part's suffix for a part (``arena_ranking-qsar``)."""
     return f"arena_{kind}{summary[len(NOTEBOOK):]}"
-
-
-def shown(summaries: list):
-    """The arena a report shows, from the notebooks' summaries: the one with the most tasks (the whole arena once
-    `make arena` has run, else the part `make reproduce` runs), ``None`` if the notebook has not run."""
-    arenas = [s for s in summaries if "arena" in s.checks]
-    return max(arenas, key=lambda s: (len(s.checks["arena"]), s.notebook == NOTEBOOK), default=None)
 
 
 def markdown(summary: dict, name: str = NOTEBOOK) -> list[str]:

@@ -209,7 +209,6 @@ def render(results_dir: str | Path = "results") -> str:
     """REPRODUCTION.md from the summaries in ``results_dir`` (deterministic: the same files, the same text): the
     numbers gathered here, the layout in ``templates/reproduction.md.j2``."""
     from .arena import markdown as arena_markdown  # (notebook 92's section, once it has run)
-    from .arena import shown as shown_arena
     from .experiments.tuning import format_setting as show
 
     summaries = load_summaries(results_dir)
@@ -236,6 +235,15 @@ def render(results_dir: str | Path = "results") -> str:
         elapsed=timings.get("elapsed"), parallel=timings.get("parallel"),
         figures=sorted({f for s in summaries for c in s.claims for f in c.figures}))
     return text.rstrip() + "\n"
+
+
+def shown_arena(summaries: list[Summary]) -> Summary | None:
+    """The arena a report shows: the arena summary with the most tasks (the whole arena, ``92_arena``, once `make
+    arena` has run, else the part `make reproduce` runs), ``None`` if the arena notebook has not run."""
+    from .arena import NOTEBOOK
+
+    arenas = [s for s in summaries if "arena" in s.checks]
+    return max(arenas, key=lambda s: (len(s.checks["arena"]), s.notebook == NOTEBOOK), default=None)
 
 
 def _inside(part: Summary, whole: Summary | None) -> bool:

@@ -100,8 +100,7 @@ def figure_pages(notebooks: Path, figures: Path) -> dict[str, str]:
 def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[str, str], results: Path) -> str:
     """``docs/index.md`` with the verdicts, the gallery and the reading-order toctrees in place of its marker."""
     from .arena import figure_name
-    from .arena import shown as shown_arena
-    from .report import FOREST, NoSummaries, claims_table, load_summaries
+    from .report import FOREST, NoSummaries, claims_table, load_summaries, shown_arena
 
     summaries = load_summaries(results)
     if not summaries:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.algorithms.two_block import assignments, clustering_objective, project_rows_to_simplex
+from fedcompanion.algorithms.simplex import assignments, clustering_objective, project_rows_to_simplex
 
 
 def _bisection_projection(v, iters=200):

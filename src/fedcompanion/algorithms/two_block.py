@@ -34,24 +34,7 @@ import torch
 from ..protocol import State
 from ..validation import ConfigError, check_number
 from .base import Algorithm, make, register
-
-
-def project_rows_to_simplex(v: torch.Tensor) -> torch.Tensor:
-    """Euclidean projection of each row of ``v`` onto the probability simplex (sort-based,
-    Held et al. 1974 / Duchi et al. 2008): z = max(v - theta, 0) with theta chosen so that sum z = 1."""
-    u, _ = torch.sort(v, dim=-1, descending=True)
-    css = u.cumsum(-1) - 1
-    k = torch.arange(1, v.shape[-1] + 1, dtype=v.dtype, device=v.device)
-    support = (u - css / k) > 0
-    rho = support.to(v.dtype).cumsum(-1).argmax(-1, keepdim=True)  # last index where the condition holds
-    theta = css.gather(-1, rho) / (rho + 1).to(v.dtype)
-    return (v - theta).clamp_min(0)
-
-
-def assignments(distances: torch.Tensor, tau: float) -> torch.Tensor:
-    """The exact private-block minimiser: z_j = argmin_{z in simplex} <d_j, z> + tau/2 ||z||^2."""
-    return project_rows_to_simplex(-distances / tau)
-
+from .simplex import assignments
 
 PRIVATE_BLOCK_LOSSES = ("cluster", "soft_labels")  # the losses whose targets are a private block on the simplex
 
@@ -121,12 +104,3 @@ class TwoBlock(Algorithm):
 
     def server_update(self, server, info, uploads):
         return self._inner.server_update(server, info, uploads)
-
-
-def clustering_objective(task, x: torch.Tensor, tau: float) -> float:
-    """F(x) = sum_i w_i min_{Z_i} f_i(x, Z_i): the objective with every client's assignments optimal."""
-    with torch.no_grad():
-        d = task.forward(x, task.x_all)
-        z = assignments(d, tau)
-        per = (z * d).sum(1) + 0.5 * tau * (z * z).sum(1)
-        return float(task.weights.to(per) @ task.client_means(per))

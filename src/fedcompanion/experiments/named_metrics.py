@@ -33,7 +33,7 @@ def distance_to_optimum(task, config):
 
 def clustering_objective(task, config):
     """The two-block clustering objective at the assignments that minimise it (see ``two_block``)."""
-    from ..algorithms.two_block import clustering_objective as objective
+    from ..algorithms.simplex import clustering_objective as objective
 
     tau = config.hyperparameters.get("tau", 1.0)
     return lambda x: objective(task, x, tau)

@@ -179,3 +179,13 @@ def test_two_notebook_lambdas_of_one_run_both_count():
     exec("f1 = lambda seed: 1\nf2 = lambda seed: 2\ng = lambda task, config: 0", space)  # no source kept
     assert fp.fingerprint([space["f1"], space["g"]]) != fp.fingerprint([space["f2"], space["g"]])
     assert fp.fingerprint([space["f1"], space["g"]]) == fp.fingerprint([space["g"], space["f1"]])
+
+
+def test_the_named_metrics_do_not_import_the_two_block_algorithm():
+    """A run that records suboptimality or clustering_objective keeps its key when two_block changes: the metrics
+    import the simplex step (algorithms.simplex), not the algorithm; two_block itself imports it."""
+    from fedcompanion.fingerprint import closure
+
+    metrics = closure(frozenset({"fedcompanion.experiments.named_metrics"}))
+    assert "fedcompanion.algorithms.simplex" in metrics and "fedcompanion.algorithms.two_block" not in metrics
+    assert "fedcompanion.algorithms.simplex" in closure(frozenset({"fedcompanion.algorithms.two_block"}))

@@ -244,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     computed = len(set(results.glob("*.json")) - before)
     print(f"{computed} run(s) computed here; {len(before)} were already in {results.relative_to(ROOT)} (read from the "
           "cache where a notebook needed them, and listed by the platform that computed them in the report)")
-    left = [f"{k} ({v}{'; its part ' + PART_IN_REPRODUCE[k][0] + ' ran here' if k in PART_IN_REPRODUCE else ''})"
-            for k, v in OWN_TARGET.items() if k in PART_IN_REPRODUCE or not any(nb.stem.startswith(k) for nb in todo)]
+    ran = {k: f"; its part {name} ran here" for k, (name, _) in PART_IN_REPRODUCE.items()}
+    left = [f"{k} ({v}{ran.get(k, '')})" for k, v in OWN_TARGET.items()
+            if k in ran or not any(nb.stem.startswith(k) for nb in todo)]
     if left and not args.only:
         print(f"not executed here, each with its own target: {', '.join(left)}")
     print(f"total {elapsed:.0f} s elapsed; executed notebooks in {out_dir.relative_to(ROOT)}; report {report}")

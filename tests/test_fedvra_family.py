@@ -221,6 +221,13 @@ def test_named_stepsize_rules_equal_the_same_rule_as_a_callable(rule):
     assert not torch.equal(named.params, _run(task, "fedvra", gamma=0.3, dual_stepsize=1.0).params)
 
 
+def test_label_shift_refuses_a_task_without_class_labels(blobs):
+    """Clustering's targets are rows of assignments, least squares' are numbers: refused before the first round."""
+    for task in (blobs, fc.tasks.least_squares_task(num_clients=4, dim=3)):
+        with pytest.raises(fc.ConfigError, match="label_shift.*one class label per row"):
+            fc.run(task, fc.make("fedvra", dual_stepsize="label_shift"), rounds=1, local=fc.LocalWork(steps=1))
+
+
 def test_label_shift_is_a_dual_stepsize_only():
     with pytest.raises(fc.validation.ConfigError, match="aggregation_stepsize"):
         fc.make("fedvra", aggregation_stepsize="label_shift")

@@ -42,6 +42,11 @@ class Loss:
         """1.0 where the prediction is right, 0.0 where not, NaN where the task has no labels."""
         return torch.full(out.shape[:1], float("nan"), dtype=out.dtype, device=out.device)
 
+    def costs(self, out: torch.Tensor) -> torch.Tensor:
+        """What each row's private-block weights weigh, one cost per class [n, C] (the two-block algorithm's
+        assignment step): by default the model's outputs themselves (clustering's squared distances)."""
+        return out
+
     def check_targets(self, y: torch.Tensor, where: str) -> None:
         """Raise a ConfigError, naming ``where``, on targets this loss cannot use."""
         if y.ndim != self.target_ndim:

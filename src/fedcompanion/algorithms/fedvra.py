@@ -58,7 +58,10 @@ RULES = ("inverse_probability", "local_work", "label_shift")  # named per-client
 def label_shift(task, clients: torch.Tensor) -> torch.Tensor:
     r"""2 TV_i for the given clients [K]: twice the total variation distance between client i's label distribution
     and that of all the training data, :math:`\sum_c |q_{ic} - q_c|` in [0, 2] (0 for a client whose labels are
-    mixed like everyone's)."""
+    mixed like everyone's). Refuses a task without one class label per row (regression, clustering, soft labels)."""
+    if not task.loss.labelled or task.y_all.ndim != 1:
+        raise ConfigError(f"dual_stepsize='label_shift' needs a task with one class label per row; task "
+                          f"{task.name!r} has {task.loss.name} targets of shape {tuple(task.y_all.shape)}")
     labels = task.y_all.long()
     classes = int(labels.max()) + 1
     overall = torch.bincount(labels, minlength=classes).double() / len(labels)
@@ -160,6 +163,8 @@ class FedVRA(Algorithm):
                             copies if self.server_update_rule == "direct" else None)
 
     def init_clients(self, task, x0):
+        if self.dual_stepsize == "label_shift":
+            label_shift(task, torch.zeros(0, dtype=torch.long))  # refuses an unlabelled task before any work
         gamma = penalties(self.gamma, task.num_clients, x0.dtype).to(x0.device)
         return {"lam": zero_rows(task.num_clients, x0), "gamma": per_client(gamma)}
 

@@ -47,7 +47,7 @@ def private_block(task, x: torch.Tensor, client: int, tau: float, mass: float = 
     summing to 1) keep it."""
     inputs, stored = task.client_data(client)
     out = task.forward(x, inputs)
-    z = mass * assignments(task.loss.costs(out) if hasattr(task.loss, "costs") else out, tau * mass)
+    z = mass * assignments(task.loss.costs(out), tau * mass)
     return torch.where(stored.sum(-1, keepdim=True) > 0, stored, z)
 
 

@@ -25,8 +25,10 @@ path's [K, ...] copies in and out, nor its offset tensor for all clients, is mad
 in the core's cache already. The loop runs as TorchScript (``torch.jit.script``): its ``fork`` runs a thread's
 clients on one of torch's inter-op threads without Python's global interpreter lock (Python threads, which take the
 lock back after every operation, were slower than one thread). Each operation runs on one thread
-(``torch.set_num_threads(1)`` for the duration), so a client's numbers depend neither on which thread computes it
-nor on how many threads there are, nor on the other clients of its round. Where torch cannot script it, the same
+(``torch.set_num_threads(1)`` for the duration), and each client's row of the result starts on a 64-byte boundary,
+as a tensor of its own does (:func:`aligned_rows`), so a client's numbers depend neither on which thread computes it
+nor on how many threads there are, nor on the other clients of its round (a Flower client, which trains alone, gets
+the in-process bits). Where torch cannot script it, the same
 function runs as Python, the clients one after another: slower, with the same numbers, since every operation is
 written out (a layer's bias is added after its product: TorchScript turns ``addmm(b, a, W^T)`` into that, Python
 would not).
@@ -237,6 +239,24 @@ def _script():
     return _compiled
 
 
+ROW_ALIGNMENT = 64  # bytes: where torch's CPU allocator starts every tensor
+
+
+def aligned_rows(like: torch.Tensor, k: int, p: int) -> torch.Tensor:
+    """An empty [k, p] tensor (``like``'s dtype and device) each of whose rows starts on a 64-byte boundary, as a
+    tensor of its own does (its row stride is p rounded up to 64 bytes).
+
+    The steps work on a client's row in place, and some of their products give different last bits for the same
+    numbers at another address: on AMD Zen CPUs (AVX-512, no AMX) MKL's matrix-vector product, the bias update
+    ``b.addmv_(delta^T, 1)``, does for an output b that is not 16-byte aligned (not on Intel's with AMX). In a
+    contiguous [K, P] tensor row k starts at 4 k P bytes, so with P = 50,890 (MNIST's 784-64-10) every other row
+    is misaligned: a client's numbers would depend on its place among its round's clients, and a Flower client,
+    which trains its own row alone, would part from the in-process run. With every row aligned like a tensor of its
+    own, a client's steps are the same operations on the same addresses modulo 64 wherever it is in the round."""
+    per_row = -(-p * like.element_size() // ROW_ALIGNMENT) * ROW_ALIGNMENT // like.element_size()
+    return like.new_empty(k, per_row)[:, :p]
+
+
 def layer_spec(task, layers) -> list[list[int]]:
     """Where each layer lives in the task's flat parameter vector: per layer [W start, out, in, b start or -1]."""
     layout, spec = task.layout(), []
@@ -259,8 +279,8 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
     steps, widths, order = plan.steps.tolist(), plan.widths, plan.order.tolist()
     threads = torch.get_num_threads()
     dealt = chains([q * w for q, w in zip(steps, widths)], threads)
-    x = objective.start.new_empty(k_all, p)
-    buffers = None if objective.momentum == 0 else torch.empty_like(x)
+    x = aligned_rows(objective.start, k_all, p)
+    buffers = None if objective.momentum == 0 else aligned_rows(objective.start, k_all, p)
     rho, linear, anchor = float(plan.prox[0]), objective.linear, objective.anchor
     negate = isinstance(linear, Negated)
     linears = [None] * k_all if linear is None else [(linear.rows if negate else linear)[i] for i in order]
@@ -295,4 +315,4 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
         _script()(*args)
     finally:
         torch.set_num_threads(threads)
-    return x, buffers
+    return x.contiguous(), (None if buffers is None else buffers.contiguous())

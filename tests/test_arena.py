@@ -64,12 +64,16 @@ def test_per_seed_reads_the_last_round_the_target_and_the_upload():
                          "value": value})
     rows.append({"label": "B", "seed": 0, "status": "diverged", "round": 0, "client": -1, "metric": "test_accuracy",
                  "value": 0.1})
+    frame = pd.DataFrame(rows).assign(hash=lambda f: f.label.map({"A": "ha", "B": "hb"}))
+    frame.attrs["runs"] = pd.DataFrame({"hash": ["ha", "hb"], "diverged_round": [None, 7]})  # as sweep() leaves it
     plan = arena.Plan(clients_per_round=10)
-    t = arena.per_seed(pd.DataFrame(rows), ACC, plan)
+    t = arena.per_seed(frame, ACC, plan)
     a = t.loc[("A", 0)]
     assert a["metric"] == 0.9 and a["rounds to target"] == 5.0  # target 0.85 first reached at round 5
     assert a["upload KB"] == pytest.approx(10000 * 4 / 1e3 / (10 * 10))  # float32 floats per client and round
     assert t.loc[("B", 0), "status"] == "diverged" and np.isnan(t.loc[("B", 0), "metric"])
+    assert arena.diverged_runs(t, "mnist") == [{"label": "mnist: B", "seed": 0, "round": 7, "role": "evaluation"}]
+    assert arena.diverged_runs(arena.per_seed(pd.DataFrame(rows), ACC, plan), "mnist")[0]["round"] is None
 
 
 def test_every_method_gets_the_same_grid_shape_seeds_and_local_work():

@@ -155,13 +155,18 @@ def specs(task: ArenaTask, methods: list[str], plan: Plan, contenders: dict | No
 
 def per_seed(frame: pd.DataFrame, task: ArenaTask, plan: Plan) -> pd.DataFrame:
     """One row per (method, seed): ``metric`` (at the last round), ``rounds to target``, ``upload KB`` (per client
-    and round), ``client accuracy std``, ``worst-10% accuracy`` and ``status``; a diverged run's values are NaN."""
+    and round), ``client accuracy std``, ``worst-10% accuracy`` and ``status``; a diverged run's values are NaN
+    and its ``diverged round`` the round it diverged in (from the sweep's runs, ``frame.attrs["runs"]``)."""
     rows = []
+    runs = frame.attrs.get("runs")
+    diverged_in = {} if runs is None or runs.empty else dict(zip(runs["hash"], runs["diverged_round"]))
     glob = frame[frame.client == -1]
     for (label, seed), run in glob.groupby(["label", "seed"]):
         status = run.status.iloc[0]
         wide = run.pivot_table(index="round", columns="metric", values="value").sort_index()
         row = {"method": label, "seed": int(seed), "status": status}
+        if status != "ok":
+            row["diverged round"] = diverged_in.get(run["hash"].iloc[0]) if "hash" in run else None
         if status == "ok":
             last = wide.iloc[-1]
             hit = wide[task.metric] >= task.target if task.better == "higher" else wide[task.metric] <= task.target
@@ -275,8 +280,14 @@ class Outcome:
 def diverged_runs(table: pd.DataFrame, prefix: str) -> list[dict]:
     """The evaluation runs of a per-seed table (:func:`per_seed`) that diverged, as the report lists them (labelled
     ``"<prefix>: <method>"``)."""
-    return [{"label": f"{prefix}: {m}", "seed": int(s), "round": None, "role": "evaluation"}
+    rounds = table["diverged round"] if "diverged round" in table else pd.Series(dtype=float)
+    return [{"label": f"{prefix}: {m}", "seed": int(s), "round": _round(rounds.get((m, s))), "role": "evaluation"}
             for (m, s), status in table.status.items() if status != "ok"]
+
+
+def _round(value) -> int | None:
+    """A stored diverged round as an int (None where none was recorded)."""
+    return None if value is None or pd.isna(value) else int(value)
 
 
 def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int | None = None,

@@ -28,10 +28,9 @@ lock back after every operation, were slower than one thread). Each operation ru
 (``torch.set_num_threads(1)`` for the duration), and each client's row of the result starts on a 64-byte boundary,
 as a tensor of its own does (:func:`aligned_rows`), so a client's numbers depend neither on which thread computes it
 nor on how many threads there are, nor on the other clients of its round (a Flower client, which trains alone, gets
-the in-process bits). Where torch cannot script it, the same
-function runs as Python, the clients one after another: slower, with the same numbers, since every operation is
-written out (a layer's bias is added after its product: TorchScript turns ``addmm(b, a, W^T)`` into that, Python
-would not).
+the in-process bits). Where torch cannot script it, the same function runs as Python, the clients one after another:
+slower, with the same numbers, since every operation is written out (a layer's bias is added after its product:
+TorchScript turns ``addmm(b, a, W^T)`` into that, Python would not).
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedcompanion import cli
+from fedcompanion.experiments import ExperimentConfig, sweep
 from fedcompanion.report import README_END, README_START, load_summaries, read_timings, render, verdict_counts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +144,15 @@ def test_wall_times_are_recorded_only_from_an_empty_cache(tmp_path):
     (tmp_path / "summaries" / "_timings.json").write_text("{}")
     assert from_empty_cache(tmp_path), "summaries are not runs"
     (tmp_path / "0123456789abcdef.json").write_text("{}")
+    assert from_empty_cache(tmp_path), "not a run"
+    config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="fedavg",
+                              rounds=1, clients_per_round=2, local=dict(steps=1), per_client_metrics=False)
+    sweep([config], tmp_path)
     assert not from_empty_cache(tmp_path)
+    stored = next(p for p in tmp_path.glob("*.json") if p.stem != "0123456789abcdef")
+    meta = json.loads(stored.read_text())
+    stored.write_text(json.dumps({**meta, "config": {**meta["config"], "code": "another code"}}))
+    assert from_empty_cache(tmp_path), "a run made by other code is computed again, never read"
     assert not from_empty_cache(RESULTS), "the committed results are a warm cache: a re-run keeps their timings"
 
 

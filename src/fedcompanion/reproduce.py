@@ -157,9 +157,12 @@ def longest_first(todo: list[Path], previous: dict[str, float], names: dict[Path
 
 
 def from_empty_cache(results: Path) -> bool:
-    """Whether a reproduction into ``results`` starts from an empty cache (no run stored yet): only then are its
-    wall times what `make reproduce` costs, and recorded."""
-    return not any(results.glob("*.json"))
+    """Whether a reproduction into ``results`` starts from an empty cache: no run that this code made is stored
+    yet (a run made by other code, whose fingerprint is not this code's, is never read: it is computed again). Only
+    then are its wall times what `make reproduce` costs, and recorded."""
+    from .verify import _stored, is_current
+
+    return not any(is_current(meta) for meta in _stored(results))
 
 
 def main(argv: list[str] | None = None) -> int:

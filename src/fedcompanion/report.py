@@ -175,8 +175,9 @@ def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str
                         + " | ".join(str(counts.get(v, "")) for v in words) + " |")
     elapsed = (timings or {}).get("elapsed")
     if elapsed is not None:
-        rows += ["", f"The committed results took {elapsed / 60:.1f} minutes of `make reproduce` from an empty cache "
-                     f"({timings.get('machine', 'machine not recorded')})."]
+        rows += ["", f"The last `make reproduce` from an empty cache took {elapsed / 60:.1f} minutes "
+                     f"({timings.get('machine', 'machine not recorded')}); REPRODUCTION.md names the platform that "
+                     "computed each committed run."]
     return "\n".join(rows)
 
 

@@ -21,8 +21,7 @@ None of the three papers compares its method with the other two. The arena does,
   rule (:mod:`fedcompanion.verdict`: the paired per-seed difference, its 95% t interval): an interval that contains
   0 is a **tie** with the best, and is said so. Intervals are per comparison (not adjusted for the number of
   comparisons), so a tie is the honest reading and a lone "worse" among many comparisons is weak evidence.
-
-``fedcompanion arena --tasks ... --algorithms ...`` runs it from the shell; ``notebooks/92_arena.ipynb`` shows it.
+  ``fedcompanion arena --tasks ... --algorithms ...`` runs it from the shell; ``notebooks/92_arena.ipynb`` shows it.
 """
 from __future__ import annotations
 
@@ -154,19 +153,16 @@ def specs(task: ArenaTask, methods: list[str], plan: Plan, contenders: dict | No
 
 
 def per_seed(frame: pd.DataFrame, task: ArenaTask, plan: Plan) -> pd.DataFrame:
-    """One row per (method, seed): ``metric`` (at the last round), ``rounds to target``, ``upload KB`` (per client
-    and round), ``client accuracy std``, ``worst-10% accuracy`` and ``status``; a diverged run's values are NaN
-    and its ``diverged round`` the round it diverged in (from the sweep's runs, ``frame.attrs["runs"]``)."""
-    rows = []
-    runs = frame.attrs.get("runs")
-    diverged_in = {} if runs is None or runs.empty else dict(zip(runs["hash"], runs["diverged_round"]))
+    """One row per (method, seed): ``metric`` (last round), ``rounds to target``, ``upload KB`` (per client and round),
+    ``client accuracy std``, ``worst-10% accuracy``, ``status``; NaN for a diverged run, but its ``diverged round``."""
+    rows, runs = [], frame.attrs.get("runs", pd.DataFrame(columns=["hash", "diverged_round"]))
+    diverged_in = dict(zip(runs["hash"], runs["diverged_round"]))
     glob = frame[frame.client == -1]
     for (label, seed), run in glob.groupby(["label", "seed"]):
         status = run.status.iloc[0]
         wide = run.pivot_table(index="round", columns="metric", values="value").sort_index()
-        row = {"method": label, "seed": int(seed), "status": status}
-        if status != "ok":
-            row["diverged round"] = diverged_in.get(run["hash"].iloc[0]) if "hash" in run else None
+        row = {"method": label, "seed": int(seed), "status": status, "diverged round":
+               diverged_in.get(run["hash"].iloc[0]) if status != "ok" and "hash" in run else None}
         if status == "ok":
             last = wide.iloc[-1]
             hit = wide[task.metric] >= task.target if task.better == "higher" else wide[task.metric] <= task.target
@@ -234,11 +230,8 @@ def _mean(v: list[float]) -> float:
 
 
 def _interval(v: list[float]) -> tuple[float, float, float]:
-    if not all(math.isfinite(x) for x in v):
-        m = _mean(v)
-        return m, m, m
-    mean, low, high, _ = t_interval(v)
-    return mean, low, high
+    """(mean, low, high): the 95% t interval, or the mean (+-inf) three times where a run diverged."""
+    return tuple(t_interval(v)[:3]) if all(math.isfinite(x) for x in v) else (_mean(v),) * 3
 
 
 @dataclass
@@ -280,14 +273,9 @@ class Outcome:
 def diverged_runs(table: pd.DataFrame, prefix: str) -> list[dict]:
     """The evaluation runs of a per-seed table (:func:`per_seed`) that diverged, as the report lists them (labelled
     ``"<prefix>: <method>"``)."""
-    rounds = table["diverged round"] if "diverged round" in table else pd.Series(dtype=float)
-    return [{"label": f"{prefix}: {m}", "seed": int(s), "round": _round(rounds.get((m, s))), "role": "evaluation"}
-            for (m, s), status in table.status.items() if status != "ok"]
-
-
-def _round(value) -> int | None:
-    """A stored diverged round as an int (None where none was recorded)."""
-    return None if value is None or pd.isna(value) else int(value)
+    rounds = table.get("diverged round", pd.Series(dtype=float))
+    return [{"label": f"{prefix}: {m}", "seed": int(s), "round": None if pd.isna(r := rounds.get((m, s))) else int(r),
+             "role": "evaluation"} for (m, s), status in table.status.items() if status != "ok"]
 
 
 def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int | None = None,

@@ -9,7 +9,8 @@ import pytest
 from fedcompanion import fingerprint
 
 LAYERS = [  # lowest first; a name covers a module or a subpackage and everything in it
-    ["protocol", "validation", "fingerprint", "memory", "metrics", "machine", "atomic", "verdict", "registry", "logs"],
+    ["protocol", "validation", "definitions", "fingerprint", "memory", "metrics", "machine", "atomic", "verdict",
+     "registry", "logs"],
     ["data", "losses", "models", "engine"],
     ["tasks", "plots"],
     ["algorithms", "forest"],

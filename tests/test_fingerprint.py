@@ -29,7 +29,7 @@ def test_normalised_source_ignores_comments_docstrings_and_layout_only():
 
 
 def _hashes():
-    fp.closure.cache_clear()
+    fp.clear()
     return {name: c.hash() for name, c in CONFIGS.items()}
 
 
@@ -41,7 +41,8 @@ def scratch(tmp_path, monkeypatch):
     before = _hashes()
     monkeypatch.setattr(fp, "ROOT", root)
     yield root, before
-    fp.closure.cache_clear()
+    monkeypatch.undo()
+    fp.clear()
 
 
 def _edit(path, old, new):
@@ -61,12 +62,27 @@ def test_docstrings_comments_and_a_new_algorithm_leave_every_key_valid(scratch):
     assert _hashes() == before
 
 
-def test_changing_fedvras_update_invalidates_fedvras_runs_and_no_others(scratch):
+def test_an_unused_constant_changes_no_key_and_fedvras_default_changes_fedvras_runs_only(scratch):
     root, before = scratch
     _edit(root / "algorithms/fedvra.py", "@register", "SOMETHING = 1\n\n\n@register")
+    assert _hashes() == before  # nothing uses it
+    _edit(root / "algorithms/fedvra.py", "def __init__(self, gamma: float | list = 0.1,",
+          "def __init__(self, gamma: float | list = 0.2,")
     after = _hashes()
     assert after["fedvra"] != before["fedvra"]
     assert {k: v for k, v in after.items() if k != "fedvra"} == {k: v for k, v in before.items() if k != "fedvra"}
+
+
+def test_two_blocks_default_inner_algorithm_is_in_its_key(scratch):
+    """two_block's inner algorithm defaults to FedVRA: an edit of FedVRA must change the key of a two_block run
+    that names no inner algorithm (it used to be served the old run)."""
+    root, _ = scratch
+    config = ExperimentConfig(task="clustering", algorithm="two_block")
+    before = config.hash()
+    _edit(root / "algorithms/fedvra.py", "def __init__(self, gamma: float | list = 0.1,",
+          "def __init__(self, gamma: float | list = 0.2,")
+    fp.clear()
+    assert config.hash() != before
 
 
 def test_changing_a_helper_in_fedavg_invalidates_the_runs_that_import_it(scratch):
@@ -181,11 +197,13 @@ def test_two_notebook_lambdas_of_one_run_both_count():
     assert fp.fingerprint([space["f1"], space["g"]]) == fp.fingerprint([space["g"], space["f1"]])
 
 
-def test_the_named_metrics_do_not_import_the_two_block_algorithm():
+def test_the_named_metrics_do_not_reach_the_two_block_algorithm():
     """A run that records suboptimality or clustering_objective keeps its key when two_block changes: the metrics
-    import the simplex step (algorithms.simplex), not the algorithm; two_block itself imports it."""
-    from fedcompanion.fingerprint import closure
+    use the simplex step (algorithms.simplex), not the algorithm; two_block itself uses it."""
+    from fedcompanion.experiments.named_metrics import clustering_objective
 
-    metrics = closure(frozenset({"fedcompanion.experiments.named_metrics"}))
+    metrics = {m for m, _ in fp.reached([clustering_objective])}
     assert "fedcompanion.algorithms.simplex" in metrics and "fedcompanion.algorithms.two_block" not in metrics
-    assert "fedcompanion.algorithms.simplex" in closure(frozenset({"fedcompanion.algorithms.two_block"}))
+    from fedcompanion.algorithms.two_block import TwoBlock
+
+    assert "fedcompanion.algorithms.simplex" in {m for m, _ in fp.reached([TwoBlock])}

@@ -3,6 +3,8 @@ run; what crosses the wire is what the algorithm uploads; a lost SuperNode never
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ pytest.importorskip("flwr")
 from fedcompanion.experiments import ExperimentConfig, load_result, run_config  # noqa: E402
 from fedcompanion.flower import simulate  # noqa: E402
 from fedcompanion.flower.core import client_step  # noqa: E402
-from fedcompanion.flower.loopback import Federation  # noqa: E402
+from fedcompanion.flower.loopback import Federation, _descendants  # noqa: E402
 
 pytestmark = pytest.mark.flower
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,3 +208,44 @@ def test_the_apps_own_experiment_is_what_the_loopback_script_runs_by_default():
 
     config = ExperimentConfig(**json.loads(default_experiment())).validate()
     assert config.algorithm == "fedvra" and config.task_args["num_clients"] == 10
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "kill-9"])
+def test_stopping_the_loopback_script_stops_every_flower_process_and_frees_its_port(tmp_path, stop):
+    """Issue 48: the script's federation dies with it, however it is stopped; the old code left 9 (SIGTERM) and
+    8 (kill -9) Flower processes alive, the SuperLink's port still listening."""
+    config = _config("fedavg", clients=2, m=None, rounds=200)  # long enough to be stopped mid-run
+    (tmp_path / "run.json").write_text(json.dumps(config.__dict__))
+    work = tmp_path / "work"
+    script = subprocess.Popen([str(ROOT / "examples" / "flower" / "loopback.sh"), "--experiment",
+                               str(tmp_path / "run.json"), "--output", str(tmp_path / "out"), "--work", str(work)],
+                              env=dict(os.environ, PYTHON=sys.executable), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (work / "node1.log").exists() or "node" not in (work / "node1.log").read_text().lower():
+        assert time.monotonic() < deadline and script.poll() is None, "the federation did not start"
+        time.sleep(0.5)
+    groups = [int(g) for g in (work / "process-groups").read_text().split()]
+    port = int(re.search(r"127\.0\.0\.1:(\d+)", (work / "flwr" / "config.toml").read_text())[1])
+    time.sleep(3)  # the SuperExec and app processes the SuperLink and SuperNodes start
+    started = _descendants(groups)
+    assert len(groups) >= 3 and len(started) > len(groups)
+    script.send_signal(stop)
+    script.wait(timeout=30)
+
+    def alive():
+        out = []
+        for pid in started:
+            try:
+                os.kill(pid, 0)
+                out.append(pid)
+            except ProcessLookupError:
+                pass
+        return out
+
+    deadline = time.monotonic() + 10
+    while alive() or _processes_on(port):
+        assert time.monotonic() < deadline, (stop, alive(), _processes_on(port))
+        time.sleep(0.25)
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):  # nothing listens on the SuperLink's port
+        s.connect(("127.0.0.1", port))

@@ -1,43 +1,46 @@
 """The fingerprint of the code a run executes: what the results cache keys on besides the config.
 
-A run's numbers can change only if the code it executes changes. So the fingerprint covers exactly that code:
-the modules of the package that a run reaches from its roots (the run driver, its algorithm's classes, its task
-builder, its dataset loader, its partitioner, its metrics), following the package's own imports, each taken as
-*normalised source*: the module's syntax tree without docstrings (comments never reach the tree). Editing a
-docstring or a comment, adding a module that no run imports, or changing one algorithm leaves every other run's
-fingerprint as it was; changing FedVRA's update changes FedVRA's runs' and no others'.
+A run's numbers can change only if the code it executes changes, so the fingerprint covers that code and nothing
+else, at the level of *top-level definitions*: a function, a class (its methods included), a constant, an import.
+It starts from a run's roots (the run driver; its algorithm's classes; its engine; its task builder, dataset loader
+and partitioner; its metrics: the entries its config names) and follows the names each definition uses, inside the
+package and into a user's own modules, taking each definition as *normalised source* (its syntax tree without
+docstrings; comments never reach the tree). So:
 
-An import ``from .pkg import name`` leads to the module that defines ``name``: a submodule of that name, or the
-module the package's ``__init__`` re-exports it from, so a package that lists its members (like the algorithms'
-registry) does not tie every member to every other. Imports inside functions count like the others. Code from
-outside the package (a user's algorithm, loader or task) enters as its module's normalised source, or, for an
-object defined in a notebook, as its own source (its compiled code where no source is kept).
+* editing a docstring or a comment, or adding a function, a partition, an engine or a task, leaves every run's
+  fingerprint as it was;
+* changing one algorithm changes its runs' fingerprints and no others'; changing an engine's kernel changes the
+  runs on that engine, not the ADMM family's (which never reaches an engine);
+* a user's module counts by what its definitions use: the package code it imports, its own helpers and module-level
+  constants, the user modules it imports (for code defined in a notebook or ``python -c``: the object's source and
+  the values of the globals its code names).
+
+**Registries are opaque.** A name bound to a :class:`~fedcompanion.registry.Registry` (``TASKS``, ``ENGINES``, ...)
+leads to the registry, not to its entries: which entry a run uses is in its config, and the config's key adds that
+entry as a root. Statements that change a plain module-level object (``X.update(...)``, ``X[k] = v``) belong to
+``X``'s definition. Package code never looks a built-in entry up by a constant name (it calls it), so no entry is
+reached without its name being in the config.
 """
 from __future__ import annotations
 
 import ast
 import functools
 import hashlib
+import importlib.util
 import inspect
 import marshal
 import sys
+import sysconfig
 import textwrap
+import types
 from collections.abc import Iterable
 from pathlib import Path
 
+from .definitions import Graph, graph_of, normalised
+
 PACKAGE = __name__.rpartition(".")[0]
 ROOT = Path(__file__).resolve().parent
-
-
-def normalised(tree: ast.AST) -> str:
-    """The syntax tree as text, without docstrings and source positions."""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+_SIMPLE = (int, float, complex, str, bytes, bool, type(None))
 
 
 def normalised_source(source: str) -> str:
@@ -58,104 +61,280 @@ def module_file(module: str) -> Path | None:
     return None
 
 
-@functools.cache
-def _parsed(path: Path) -> tuple[str, tuple[ast.AST, ...]]:
-    """(SHA-256 of the normalised source, the import statements) of one file, read once per process: a module is
-    imported once too, so a file edited under a running kernel is not taken for the code that kernel runs."""
-    tree = ast.parse(path.read_text())
-    imports = tuple(n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
-    return hashlib.sha256(normalised(tree).encode()).hexdigest(), imports
+_LIBRARY = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()[k] for k in ("stdlib", "purelib",
+                                                                                       "platlib")})
 
 
-def _module(module: str) -> tuple[str, tuple[ast.AST, ...]]:
-    return _parsed(module_file(module))
+def user_file(module: str) -> Path | None:
+    """The source file of a user's module (not the package's, not the standard library's or an installed
+    package's), found without importing it where it is already imported."""
+    if module.split(".")[0] in (PACKAGE, "__main__") or not module:
+        return None
+    loaded = sys.modules.get(module)
+    path = getattr(loaded, "__file__", None)
+    if path is None and loaded is None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        path = getattr(spec, "origin", None)
+    if not path or not str(path).endswith(".py"):
+        return None
+    path = Path(path).resolve()
+    return None if str(path).startswith(_LIBRARY) else path
 
 
-def _absolute(module: str, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    package = module if module_file(module).name == "__init__.py" else module.rpartition(".")[0]
-    for _ in range(node.level - 1):
-        package = package.rpartition(".")[0]
-    return f"{package}.{node.module}" if node.module else package
+def _source_file(module: str) -> Path | None:
+    return module_file(module) or user_file(module)
 
 
-def _definer(package: str, name: str, seen: frozenset = frozenset()) -> set[str]:
-    """The modules that ``from package import name`` depends on."""
-    if module_file(f"{package}.{name}") is not None:
-        return {f"{package}.{name}"}
-    path = module_file(package)
-    if path is None or path.name != "__init__.py" or package in seen:
-        return {package} if path is not None else set()
-    for node in _module(package)[1]:
-        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
-            source = _absolute(package, node)
-            original = next(a.name for a in node.names if (a.asname or a.name) == name)
-            return _definer(source, original, seen | {package}) if source.split(".")[0] == PACKAGE else set()
-    return {package}  # defined in the __init__ itself
+def _graph(module: str) -> Graph | None:
+    path = module_file(module)
+    if path is not None:
+        return graph_of(path, module, _source_file)
+    path = user_file(module)  # a user's file may be edited and reloaded: read again when it changes
+    return None if path is None else graph_of(path, module, _source_file, path.stat().st_mtime_ns,
+                                               path.stat().st_size)
+
+
+# ---------------------------------------------------------------------------------------------- reaching
+class _Walk:
+    """The statements reachable from a set of (module, name) pairs (name None: the whole module)."""
+
+    def __init__(self):
+        self.reached: set[tuple[str, int]] = set()
+        self.seen: set[tuple[str, str | None]] = set()
+        self.todo: list[tuple[str, str | None]] = []
+
+    def add(self, module: str, name: str | None) -> None:
+        if (module, name) not in self.seen:
+            self.seen.add((module, name))
+            self.todo.append((module, name))
+
+    def run(self) -> None:
+        while self.todo:
+            module, name = self.todo.pop()
+            graph = _graph(module)
+            if graph is None:
+                continue
+            if name is None:
+                indices = range(len(graph.statements))
+            elif name in graph.binders:
+                indices = graph.binders[name]
+            else:  # not bound here: a star import's, or a submodule's; else (dynamic) the whole module
+                if graph.stars:
+                    for star in graph.stars:
+                        self.add(star, name)
+                    continue
+                if _source_file(f"{module}.{name}") is not None:
+                    self.add(f"{module}.{name}", None)
+                    continue
+                indices = range(len(graph.statements))
+            for index in indices:
+                self._statement(graph, index)
+
+    def _statement(self, graph: Graph, index: int) -> None:
+        if (graph.module, index) in self.reached:
+            return
+        self.reached.add((graph.module, index))
+        stmt = graph.statements[index]
+        for source, original in stmt.inner:
+            self.add(source, original)
+        for name in stmt.uses | set(stmt.attributes):
+            self._use(graph, name, stmt.attributes.get(name, set()), bare=name in stmt.uses)
+
+    def _use(self, graph: Graph, name: str, attributes: set, bare: bool) -> None:
+        target = graph.imports.get(name)
+        if target is not None and target[1] is None:  # a module: the attributes read from it, or all of it
+            if bare:
+                self.add(target[0], None)
+            for attribute in attributes:
+                self.add(target[0], attribute)
+            return
+        if target is not None:  # a definition imported from another module: the import and the definition
+            self.add(*target)
+        if name in graph.binders:
+            self.add(graph.module, name)
+        elif graph.stars:
+            for star in graph.stars:
+                self.add(star, name)
+
+    def digest_into(self, digest) -> None:
+        for module, index in sorted(self.reached):
+            digest.update(module.encode() + b"\0" + _graph(module).statements[index].text.encode() + b"\0")
+
+
+def _top_name(obj) -> str | None:
+    """The module-level name under which ``obj`` (a function or class) is defined, if it has one."""
+    qualname = getattr(obj, "__qualname__", None)
+    if not qualname or "<" in qualname.split(".")[0]:
+        return None
+    return qualname.split(".")[0]
+
+
+def _outside_source(obj) -> str:
+    """Normalised source of an object with no module file to read (a notebook's, ``python -c``'s)."""
+    try:
+        return normalised_source(inspect.getsource(obj))
+    except (OSError, TypeError, SyntaxError):  # no source kept (exec'd code), or a lambda inside a longer line
+        return "".join(marshal.dumps(f.__code__).hex() for f in _functions(obj))
+
+
+def _functions(obj) -> list:
+    if hasattr(obj, "__code__"):
+        return [obj]
+    cls = obj if isinstance(obj, type) else type(obj)
+    return [v for k in cls.__mro__ if k.__module__ == cls.__module__ for v in vars(k).values()
+            if hasattr(v, "__code__")]
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _value_text(value) -> str | None:
+    """A stable text of a module-level value a user's code reads (a constant, a tensor, an array), if it is data."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, _SIMPLE):
+        return repr(value)
+    if isinstance(value, (tuple, list, frozenset, set)) and all(isinstance(v, _SIMPLE) for v in value):
+        return repr(sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value)
+    if isinstance(value, dict) and all(isinstance(v, _SIMPLE) for v in (*value, *value.values())):
+        return repr(sorted(value.items(), key=repr))
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        return f"tensor{t.dtype}{tuple(t.shape)}" + hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy()).hexdigest()
+    if isinstance(value, np.ndarray):
+        return f"array{value.dtype}{value.shape}" + hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+    return None
+
+
+class _Roots:
+    """Collects roots: package or user-file definitions (walked), and the texts of code and data with no file."""
+
+    def __init__(self):
+        self.walk = _Walk()
+        self.texts: set[tuple[str, str]] = set()
+        self._objects: set[int] = set()
+
+    def add(self, root) -> None:
+        if isinstance(root, str):  # a module name: all of it
+            self.walk.add(root, None)
+            return
+        if id(root) in self._objects:
+            return
+        self._objects.add(id(root))
+        if isinstance(root, (tuple, list)):
+            for item in root:
+                self.add(item)
+            return
+        if isinstance(root, functools.partial):
+            self.add(root.func)
+            for value in (*root.args, *root.keywords.values()):
+                self._value(f"partial:{getattr(root.func, '__qualname__', '')}", value)
+            return
+        if isinstance(root, types.MethodType):
+            root = root.__func__
+        obj = root if isinstance(root, (type, types.FunctionType)) else type(root)
+        owner = getattr(obj, "__module__", None) or ""
+        name = _top_name(obj)
+        if _source_file(owner) is not None:
+            self.walk.add(owner, name)  # name None (a lambda, a nested function): the whole module
+        else:  # defined in __main__ without a file, a notebook, or exec'd code
+            self._outside(obj)
+
+    def _outside(self, obj) -> None:
+        label = f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        self.texts.add((label, _outside_source(obj)))
+        if isinstance(obj, type):
+            for base in obj.__mro__[1:-1]:
+                self.add(base)
+        for function in _functions(obj):
+            names = _code_names(function.__code__)
+            for name in sorted(names & set(function.__globals__)):
+                self._value(f"{label}.{name}", function.__globals__[name])
+
+    def _value(self, label: str, value) -> None:
+        text = _value_text(value)
+        if text is not None:
+            self.texts.add((label, text))
+        elif isinstance(value, types.ModuleType):
+            if _source_file(value.__name__) is not None:
+                self.walk.add(value.__name__, None)
+        elif isinstance(value, (type, types.FunctionType, functools.partial, types.MethodType, tuple, list)):
+            self.add(value)
+        elif getattr(type(value), "__module__", "").split(".")[0] in (PACKAGE, "__main__"):
+            self.add(type(value))
+            self.texts.add((label, repr(value)))
+
+    def digest(self) -> str:
+        self.walk.run()
+        digest = hashlib.sha256()
+        self.walk.digest_into(digest)
+        for label, text in sorted(self.texts):
+            digest.update(label.encode() + b"\0" + text.encode() + b"\0")
+        return digest.hexdigest()[:12]
+
+
+def _in_package(root) -> bool:
+    """Whether ``root`` is the package's own code (its fingerprint can be kept for the process's lifetime)."""
+    if isinstance(root, str):
+        return True
+    if isinstance(root, tuple):
+        return all(_in_package(r) for r in root)
+    if isinstance(root, functools.partial):
+        return _in_package(root.func) and all(isinstance(v, _SIMPLE) for v in (*root.args,
+                                                                              *root.keywords.values()))
+    return isinstance(root, (type, types.FunctionType)) and module_file(root.__module__) is not None
+
+
+@functools.lru_cache(maxsize=1024)
+def _package_fingerprint(roots: tuple) -> str:
+    collected = _Roots()
+    for root in roots:
+        collected.add(root)
+    return collected.digest()
+
+
+def fingerprint(roots: Iterable) -> str:
+    """SHA-256 (first 12 hex digits) of the code reachable from ``roots``: module names (all of the module), or
+    objects (classes, functions, engines' tuples and partials, instances: their class), each followed through the
+    definitions it uses. The package's own roots are fingerprinted once per process; a user's every time (their
+    globals may have changed)."""
+    roots = tuple(roots)
+    if all(_in_package(r) for r in roots):
+        return _package_fingerprint(roots)
+    collected = _Roots()
+    for root in roots:
+        collected.add(root)
+    return collected.digest()
+
+
+def clear() -> None:
+    """Forget every file read and fingerprint taken (for tests that edit a scratch copy of the package)."""
+    _package_fingerprint.cache_clear()
+    graph_of.cache_clear()
+
+
+def reached(roots: Iterable) -> list[tuple[str, str]]:
+    """The (module, first line of the statement's source) pairs the fingerprint of ``roots`` covers, for
+    inspection: ``python -c "from fedcompanion.fingerprint import reached; ..."``."""
+    collected = _Roots()
+    for root in roots:
+        collected.add(root)
+    collected.walk.run()
+    return sorted({(m, _graph(m).statements[i].line) for m, i in collected.walk.reached})
 
 
 def imported(module: str) -> set[str]:
     """The package's modules that ``module`` imports (anywhere in it, function bodies included)."""
-    out: set[str] = set()
-    for node in _module(module)[1]:
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if module_file(a.name) is not None}
-        else:
-            source = _absolute(module, node)
-            if source.split(".")[0] == PACKAGE:
-                for alias in node.names:
-                    out |= _definer(source, alias.name) if alias.name != "*" else {source}
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def closure(roots: frozenset[str]) -> tuple[str, ...]:
-    """The package's modules reachable from ``roots`` by imports, sorted."""
-    seen, todo = set(), list(roots)
-    while todo:
-        module = todo.pop()
-        if module in seen or module_file(module) is None:
-            continue
-        seen.add(module)
-        todo.extend(imported(module))
-    return tuple(sorted(seen))
-
-
-def _object_source(obj) -> str:
-    """Normalised source of an object defined outside the package."""
-    module = sys.modules.get(getattr(obj, "__module__", "") or "")
-    path = getattr(module, "__file__", None)
-    if path and path.endswith(".py") and module.__name__ != "__main__":
-        return normalised_source(Path(path).read_text())
-    try:
-        return normalised_source(inspect.getsource(obj))
-    except (OSError, TypeError, SyntaxError):  # no source kept (exec'd code), or a lambda inside a longer line
-        if hasattr(obj, "__code__"):
-            functions = [obj]
-        else:  # a class (or an instance: its class): the compiled code of its methods
-            cls = obj if isinstance(obj, type) else type(obj)
-            functions = [v for v in vars(cls).values() if hasattr(v, "__code__")]
-        return "".join(marshal.dumps(f.__code__).hex() for f in functions)
-
-
-def fingerprint(roots: Iterable) -> str:
-    """SHA-256 (first 12 hex digits) of the code reachable from ``roots``: module names of the package, or
-    objects (classes, functions, instances), each counted by the module that defines it."""
-    modules, outside = set(), set()
-    for root in roots:
-        if isinstance(root, str):
-            modules.add(root)
-            continue
-        owner = getattr(root, "__module__", None) or type(root).__module__
-        if module_file(owner) is not None:
-            modules.add(owner)
-        else:  # a set of (name, source): two notebook lambdas share a name, and each must count
-            outside.add((f"{owner}:{getattr(root, '__qualname__', type(root).__qualname__)}", _object_source(root)))
-    digest = hashlib.sha256()
-    for module in closure(frozenset(modules)):
-        digest.update(module.encode() + b"\0" + _module(module)[0].encode() + b"\0")
-    for name, source in sorted(outside):
-        digest.update(name.encode() + b"\0" + source.encode() + b"\0")
-    return digest.hexdigest()[:12]
-
+    graph = _graph(module)
+    out = {source for source, _ in graph.imports.values()} | set(graph.stars)
+    out |= {source for stmt in graph.statements for source, _ in stmt.inner}
+    return {m for m in out if module_file(m) is not None}

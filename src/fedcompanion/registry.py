@@ -47,10 +47,10 @@ class Registry(dict):
         self.user.discard(name)
         return super().pop(name, *default)
 
-    def update(self, *args, **kwargs) -> None:  # dict.update would bypass __setitem__
-        """Register every entry (through __setitem__, so each is checked)."""
-        for name, entry in dict(*args, **kwargs).items():
-            self[name] = entry
+    def update(self, entries=(), /, *, user: bool | None = None) -> None:  # dict.update would bypass register
+        """Register every entry of ``entries`` (a mapping), each checked by :meth:`register`."""
+        for name, entry in dict(entries).items():
+            self.register(name, entry, user=user)
 
     def lookup(self, name: str) -> Any:
         """The entry of ``name``, or a :class:`ConfigError` that names the known ones."""

@@ -88,7 +88,7 @@ def _figure_subset(stored: list[dict]) -> list[dict]:
 def is_current(meta: dict) -> bool:
     """Whether a stored run was made by the code as it is now (its fingerprint is this code's for its config)."""
     try:
-        return meta["config"].get("code") == _config(meta).key()["code"]
+        return meta["config"] == json.loads(json.dumps(_config(meta).key(), default=list))
     except Exception:  # noqa: BLE001  (a config this code cannot build: an algorithm since removed, a bad field)
         return False
 
@@ -109,8 +109,8 @@ def select(subset: str, stored: list[dict]) -> list[dict]:
 
 def _config(meta: dict) -> ExperimentConfig:
     fields = dict(meta["config"])
-    fields.pop("code", None)
-    fields.pop("data", None)
+    for derived in ("code", "files", "data"):  # what the key adds to the config's own fields
+        fields.pop(derived, None)
     return ExperimentConfig(**fields, label=meta.get("label", ""))
 
 
@@ -162,7 +162,7 @@ def platform_difference(recorded: dict | None) -> str:
 
 
 def _without_code(config: dict) -> str:
-    return json.dumps({k: v for k, v in config.items() if k != "code"}, sort_keys=True)
+    return json.dumps({k: v for k, v in config.items() if k not in ("code", "files")}, sort_keys=True)
 
 
 def _histories(folder: Path) -> dict[str, tuple[dict, pd.DataFrame]]:

@@ -45,6 +45,23 @@ def _verified(path: Path, expected: str, mtime: float) -> None:
         )
 
 
+def reads(*relatives: str):
+    """Declare the shipped files a loader or task builder reads (``fn.data_files``): their checksums, as listed in
+    the data folder in use, are part of the key of every run built from it, so data swapped under
+    ``$FEDCOMPANION_DATA`` (its SHA256SUMS updated to match) is never served the shipped data's results."""
+    def declare(fn):
+        fn.data_files = tuple(sorted({*getattr(fn, "data_files", ()), *relatives}))
+        return fn
+    return declare
+
+
+def checksums(relatives) -> dict[str, str]:
+    """``relative -> SHA-256`` of the named shipped files, as the data folder in use lists them (``missing`` for a
+    file it does not list: the run would fail on it anyway)."""
+    listed = _checksums(data_dir()) if relatives else {}
+    return {r: listed.get(r, "missing") for r in sorted(relatives)}
+
+
 def verified_path(relative: str) -> Path:
     """Return the path of a shipped file after checking its SHA-256 (checked once per process)."""
     folder = data_dir()

@@ -2,12 +2,14 @@
 
 An engine is a pair ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)`` and
 ``probe(task, x0, clients, samples, seed, round, gradient=) -> (losses [K], grads [K, P] or None)``, kept by name
-in :data:`ENGINES`; :func:`fedcompanion.run` (the driver, :mod:`fedcompanion.driver`) chooses one by its ``engine``
-argument. The engines import the protocol, never an algorithm or the driver.
+in :data:`ENGINES` (a registry); :func:`fedcompanion.run` (the driver, :mod:`fedcompanion.driver`) chooses one by
+its ``engine`` argument. The engines import the protocol, never an algorithm or the driver.
 """
 import functools
 
 from ..protocol import GLOBAL, LocalObjective, RunResult
+from ..registry import Registry
+from ..validation import ConfigError
 from .batched import train_batched
 from .loop import probe_loop, train_loop
 from .sampling import make_sampler
@@ -17,16 +19,22 @@ from .schedule import LocalWork, batch_indices
 # (see .batched). Every engine probes with probe_loop: each active client's full-data loss and gradient at the global
 # model by one autograd pass per client (a forward pass only where the algorithm uses the losses alone), measured
 # faster than a padded vmap over the clients for both few large and many small clients.
-ENGINES = {"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop),
-           **{f"batched-{kernel}": (functools.partial(train_batched, kernel=kernel), probe_loop)
-              for kernel in ("clientwise", "products")}}
+ENGINES = Registry("engine")
+ENGINES.update({"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop),
+                **{f"batched-{kernel}": (functools.partial(train_batched, kernel=kernel), probe_loop)
+                   for kernel in ("clientwise", "products")}}, user=False)
 DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
 
 
 def register_engine(name: str, train, probe) -> None:
     """Add an engine: ``train(task, objective, clients, seed=, round=, batch_size=) -> (x [K, P], buffers)``
-    and ``probe(task, x0, clients, samples, seed, round, gradient=) -> (losses [K], grads [K, P] or None)``."""
-    ENGINES[name] = (train, probe)
+    and ``probe(task, x0, clients, samples, seed, round, gradient=) -> (losses [K], grads [K, P] or None)``.
+    Its code is in the key of every run on it (a built-in's name taken over keys the runs by the new code), and
+    a sweep's worker processes receive it like any other user entry."""
+    if not callable(train) or not callable(probe):
+        raise ConfigError(f"register_engine({name!r}, train, probe): both must be callable")
+    user = any(not (getattr(f, "__module__", None) or "").startswith("fedcompanion.") for f in (train, probe))
+    ENGINES.register(name, (train, probe), user=user)
 
 
 __all__ = [

@@ -8,8 +8,8 @@ A run's key's SHA-256 (:meth:`ExperimentConfig.hash`) names its files in the res
 * ``<hash>.json``: config (its key), status, timings, the machine's numerical platform
   (:func:`~fedcompanion.machine.numerical_platform`), and the SHA-256 and size of the other two, written last, with
   ``record``: the SHA-256 of the fields a reader acts on (config, label, status, diverged round, the two digests,
-  platform), so that an edited status (which decides whether a figure averages the run) is caught like an edited
-  history.
+  platform, wall time and timings), so that an edited status (which decides whether a figure averages the run) or
+  an edited CPU time (which the CPU-time verdicts read) is caught like an edited history.
 
 Every file is written atomically (temp file, then rename). Loading verifies the JSON, the digests, the row
 count and the tensor shape; any mismatch warns, naming the file, and the run is recomputed.
@@ -30,7 +30,7 @@ from ..atomic import write_atomic
 from ..machine import numerical_platform
 from ..protocol import RunResult
 from ..validation import ConfigError
-from .config import ExperimentConfig
+from .config import ExperimentConfig, key_hash
 from .runner import RUN_THREADS
 
 
@@ -38,7 +38,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-VOUCHED = ("config", "label", "status", "diverged_round", "history", "params", "platform")
+VOUCHED = ("config", "label", "status", "diverged_round", "history", "params", "platform", "wall_time", "timing")
 
 
 def record_digest(meta: dict) -> str:
@@ -51,15 +51,18 @@ def _history_bytes(history: pd.DataFrame) -> bytes:
     return gzip.compress(text, compresslevel=6, mtime=0)  # mtime 0: the same history gives the same bytes
 
 
-def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path) -> None:
+def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path, key: dict | None = None) -> None:
     """Write a run's files (history, optional model, then the JSON that vouches for them). Only a whole run is
     stored: ``ok``, ``converged`` (the ADMM family met its stopping tolerance) or ``diverged``; a ``partial``
-    one (a Flower run that lost clients) would be served later as the config's full run, so it is refused."""
+    one (a Flower run that lost clients) would be served later as the config's full run, so it is refused.
+    ``key``: the config's key as the process that asked for the run computed it (a sweep's parent: a worker
+    cannot always compute it, e.g. for an algorithm defined in the parent's ``__main__``)."""
     if result.status not in ("ok", "converged", "diverged"):
         raise ValueError(f"a run with status {result.status!r} is not what its config describes: not stored")
     folder = Path(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    h = config.hash()
+    key = config.key() if key is None else key
+    h = key_hash(key)
     history = _history_bytes(result.history)
     write_atomic(folder / f"{h}.csv.gz", history)
     params = None
@@ -69,7 +72,7 @@ def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path) 
         write_atomic(folder / f"{h}.pt", buffer.getvalue())
         params = {"sha256": _sha256(buffer.getvalue()), "shape": list(result.params.shape)}
     timing = None if result.timing is None else result.timing.to_dict(orient="list")
-    meta = {"config": config.key(), "label": config.label, "status": result.status,
+    meta = {"config": key, "label": config.label, "status": result.status,
             "diverged_round": result.diverged_round, "wall_time": result.wall_time, "timing": timing,
             "history": {"sha256": _sha256(history), "rows": len(result.history)}, "params": params,
             "threads": RUN_THREADS, "platform": numerical_platform()}

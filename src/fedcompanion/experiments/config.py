@@ -2,8 +2,10 @@
 
 The key is the canonical JSON of the config (``label`` excluded; for the ADMM family, without the engine-only
 fields), plus ``code``: the fingerprint of the code this run executes (:mod:`fedcompanion.fingerprint`, from
-the run driver, its algorithm, task builder, dataset loader, partitioner and metrics), plus ``data`` for a user's
-own dataset or task: a digest of its content, not its name.
+the run driver and the registry entries the config names: its algorithm (and any algorithm that one names, by a
+hyperparameter or a default), engine, task builder, dataset loader, partitioner and metrics), plus ``files``: the
+checksums of the shipped data files its task reads, plus ``data`` for a user's own dataset or task: a digest of its
+content, not its name.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..algorithms.base import REGISTRY, is_engine_class, make
-from ..data.loaders import LOADERS, dataset_digest
+from ..data.files import checksums
+from ..data.loaders import LOADERS, dataset_digest, forget_dataset_digests
 from ..data.partition import PARTITIONS, partition_parameters
 from ..engine import ENGINES, LocalWork
 from ..engine.sampling import SAMPLINGS
@@ -103,13 +106,35 @@ class ExperimentConfig:
             roots.append(PARTITIONS[scheme])
         return roots
 
+    def algorithm_classes(self) -> list:
+        """The classes the run's algorithm executes: its own and its bases, and those of every algorithm a
+        hyperparameter names or a default names (two_block's inner FedVRA), followed to their own defaults."""
+        out, todo = [], [(self.algorithm, self.hyperparameters)]
+        while todo:
+            name, hyperparameters = todo.pop()
+            cls = REGISTRY.lookup(name)
+            if cls in out:
+                continue
+            out += [c for c in cls.__mro__[:-1] if c not in out]
+            defaults = [p.default for p in inspect.signature(cls).parameters.values()
+                        if p.default is not inspect.Parameter.empty and p.name not in hyperparameters]
+            todo += [(v, {}) for v in _leaves([hyperparameters, defaults]) if isinstance(v, str) and v in REGISTRY
+                     and v != name]
+        return out
+
     def code_roots(self) -> list:
-        """What the run executes, as fingerprint roots: the driver, the algorithm's classes (and any algorithm a
-        hyperparameter names, e.g. two_block's inner one), the task's roots and the metrics."""
-        roots: list = [DRIVER, *REGISTRY.lookup(self.algorithm).__mro__[:-1], *self.task_roots()]
-        named = [v for v in _leaves(self.hyperparameters) if isinstance(v, str) and v in REGISTRY]
-        roots += [cls for name in named for cls in REGISTRY[name].__mro__[:-1]]
+        """What the run executes, as fingerprint roots: the run driver, the algorithm's classes (and any algorithm
+        it names), the engine (for an engine run), the task's roots and the metrics: the core plus the registry
+        entries the config names."""
+        roots: list = [DRIVER, *self.algorithm_classes(), *self.task_roots()]
+        if self.is_engine_run:
+            roots.append(ENGINES.lookup(self.engine))
         return roots + [registry("metric")[m] for m in self.metrics if m in registry("metric")]
+
+    def data_files(self) -> dict[str, str]:
+        """The shipped files the task reads (declared by its builder and loader) with their checksums in the data
+        folder in use."""
+        return checksums({f for root in self.task_roots() for f in getattr(root, "data_files", ())})
 
     def data_digest(self) -> str | None:
         """A digest of a user's own data (a registered dataset's arrays, or a registered task's content)."""
@@ -128,6 +153,9 @@ class ExperimentConfig:
             for name in ENGINE_ONLY:
                 d.pop(name)
         d["code"] = fingerprint(self.code_roots())
+        files = self.data_files()
+        if files:
+            d["files"] = files
         data = self.data_digest()
         if data is not None:
             d["data"] = data
@@ -137,13 +165,13 @@ class ExperimentConfig:
         """What the task depends on, as JSON: the per-process task cache's key, the same for every algorithm run on
         one task (so a sweep over algorithms builds it once)."""
         return json.dumps({"task": self.task, "task_args": self.task_args, "seed": self.seed,
-                           "code": fingerprint(self.task_roots()), "data": self.data_digest()}, sort_keys=True,
+                           "code": fingerprint(self.task_roots()), "files": self.data_files(),
+                           "data": self.data_digest()}, sort_keys=True,
                           default=list)
 
     def hash(self) -> str:
         """The first 16 hex digits of the key's SHA-256: the stem of the run's files."""
-        blob = json.dumps(self.key(), sort_keys=True, default=list)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return key_hash(self.key())
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> ExperimentConfig:
@@ -208,6 +236,11 @@ class ExperimentConfig:
             LOADERS.lookup(dataset)
 
 
+def key_hash(key: dict) -> str:
+    """The first 16 hex digits of a key's canonical JSON's SHA-256: the stem of the run's files."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
 def _leaves(value) -> list:
     if isinstance(value, dict):
         return [leaf for v in value.values() for leaf in _leaves(v)]
@@ -226,6 +259,13 @@ def _user_task_digest(name: str, args_json: str, seed: int, builder) -> str:
     if cached is None or cached[0] is not builder:
         _USER_TASK_DIGESTS[key] = (builder, task_digest(builder(seed=seed, **json.loads(args_json))))
     return _USER_TASK_DIGESTS[key][1]
+
+
+def forget_user_digests() -> None:
+    """Forget the digests of users' data: the next key recomputes them from what the builders and loaders return
+    now (a sweep starts with this, so a notebook that re-ran its data cell is never served the old data's runs)."""
+    _USER_TASK_DIGESTS.clear()
+    forget_dataset_digests()
 
 
 def config_columns(config: ExperimentConfig) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import tempfile
 import traceback
 import warnings
@@ -25,7 +26,7 @@ from ..data.loaders import transportable
 from ..registry import restore, user_entries
 from ..validation import ConfigError, check_choice, check_number
 from .cache import is_cached, load_result, store
-from .config import ExperimentConfig, config_columns
+from .config import ExperimentConfig, config_columns, forget_user_digests, key_hash
 from .runner import RUN_THREADS, run_config
 
 
@@ -50,17 +51,46 @@ def _start_worker(parent: int, entries: dict) -> None:
     restore(entries)
 
 
-def _run_and_store(config: ExperimentConfig, results_dir: str) -> tuple[str, str | None]:
-    """Worker: run with ``RUN_THREADS`` threads and store; returns (hash, error message or None)."""
+def _run_and_store(config: ExperimentConfig, results_dir: str, key: dict) -> tuple[str, str | None]:
+    """Worker: run with ``RUN_THREADS`` threads and store under ``key`` (the parent's: a worker may see a user's
+    code under another module name); returns (hash, error message or None)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(RUN_THREADS)
     try:
-        store(config, run_config(config), results_dir)
-        return config.hash(), None
+        store(config, run_config(config), results_dir, key=key)
+        return key_hash(key), None
     except Exception as exc:  # noqa: BLE001  (recorded per run; the sweep goes on)
-        return config.hash(), f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        return key_hash(key), f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
     finally:
         torch.set_num_threads(threads)
+
+
+def _defined_interactively(entry) -> bool:
+    objects = entry if isinstance(entry, tuple) else (entry,)
+    main = sys.modules.get("__main__")
+    return any((getattr(o, "__module__", None) or type(o).__module__) == "__main__" for o in objects) \
+        and getattr(main, "__file__", None) is None
+
+
+def check_spawnable(entries: dict) -> None:
+    """Refuse, before any run, what spawned worker processes could not do: import a user entry defined
+    interactively (a notebook cell, ``python -c``: the workers have no such ``__main__``), or start at all from a
+    script with no ``if __name__ == "__main__":`` guard (each worker would run the script again)."""
+    for kind, named in entries.items():
+        for name, entry in named.items():
+            if _defined_interactively(entry):
+                raise ConfigError(
+                    f"the {kind} {name!r} is defined interactively (a notebook cell or python -c), where worker "
+                    "processes cannot import it: define it in a .py module and import it, or run the sweep with "
+                    "jobs=1")
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path and path.endswith(".py") and Path(path).is_file() and getattr(main, "__spec__", None) is None:
+        text = Path(path).read_text(errors="replace")
+        if "__name__" not in text or "__main__" not in text:
+            raise ConfigError(
+                f"{path} starts worker processes (jobs > 1) without an `if __name__ == \"__main__\":` guard: each "
+                "worker would run the script again. Put the script's work under that guard, or use jobs=1")
 
 
 def by_task(configs: list[ExperimentConfig]) -> list[ExperimentConfig]:
@@ -97,6 +127,7 @@ def sweep(
     if jobs is not None:
         check_number("jobs", jobs, low=1, integer=True)
     check_choice("on_failure", on_failure, ("raise", "warn"))
+    forget_user_digests()  # a user's data is read as it is now
     configs = [c.validate() for c in configs]
     folder = Path(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -113,16 +144,17 @@ def sweep(
     bar.update(len(configs) - len(todo))
     if jobs == 1:
         for c in todo:
-            h, error = _run_and_store(c, str(folder))
+            h, error = _run_and_store(c, str(folder), c.key())
             if error:
                 errors[h] = error
             bar.update()
     elif todo:
         ctx = multiprocessing.get_context("spawn")
         entries = user_entries({"dataset": transportable})
+        check_spawnable(entries)
         start = {"initializer": _start_worker, "initargs": (os.getpid(), entries)}
         with ProcessPoolExecutor(jobs, mp_context=ctx, **start) as pool:
-            for future in as_completed([pool.submit(_run_and_store, c, str(folder)) for c in todo]):
+            for future in as_completed([pool.submit(_run_and_store, c, str(folder), c.key()) for c in todo]):
                 h, error = future.result()
                 if error:
                     errors[h] = error

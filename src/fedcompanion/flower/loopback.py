@@ -1,5 +1,7 @@
 """A real Flower deployment on one machine: a SuperLink and one SuperNode per client on 127.0.0.1, ``flwr run`` of
-``examples/flower`` against them, every process stopped by its process group at the end, whatever happens.
+``examples/flower`` against them, every process stopped by its process group at the end, whatever happens: when
+the launcher ends by itself, by SIGTERM, SIGINT or SIGHUP (its handlers stop the federation), or by kill -9 (a
+watchdog process of its own stops every process group the launcher started once the launcher's pid is gone).
 
     python -m fedcompanion.flower.loopback --output results-flower [--experiment run.json] [--round-timeout 60]
     examples/flower/loopback.sh ...   (the same)
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -31,6 +34,55 @@ from pathlib import Path
 
 APP = Path(__file__).resolve().parents[3] / "examples" / "flower"
 BIN = Path(sys.executable).parent
+
+
+def _descendants(roots) -> set:
+    """``roots`` and every live process below them (children, their children, ...), read from /proc."""
+    import os
+
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo += children.get(pid, [])
+    return out
+
+
+def stop_tree(roots) -> None:
+    """SIGKILL ``roots`` (process ids that lead process groups), their groups and every process below them: Flower's
+    SuperLink and SuperNodes start their SuperExec and app processes in process groups of their own."""
+    import os
+    import signal
+
+    pids = _descendants(roots)
+    for pid in pids:
+        for kill, target in ((os.killpg, pid), (os.kill, pid)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+# The watchdog (stdlib only: it must be up before the first child starts): once the launcher's pid is gone (kill -9
+# runs no handler), it stops every process tree the launcher recorded. argv: the launcher's pid, the file of pids.
+WATCHDOG = inspect.getsource(_descendants) + inspect.getsource(stop_tree) + """
+import os, sys, time
+parent, recorded = int(sys.argv[1]), sys.argv[2]
+while os.getppid() == parent:
+    time.sleep(0.25)
+with open(recorded) as f:
+    stop_tree([int(line) for line in f if line.strip()])
+"""
 
 
 def free_port() -> int:
@@ -47,6 +99,10 @@ class Federation:
     def __init__(self, folder: Path, nodes: int):
         self.folder, self.nodes, self.groups = Path(folder), nodes, {}
         self.port = free_port()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.group_file = self.folder / "process-groups"
+        self.group_file.write_text("")
+        self.watchdog = None
         self.env = dict(os.environ, FLWR_HOME=str(self.folder / "flwr"), PATH=f"{BIN}:{os.environ['PATH']}")
         (self.folder / "flwr").mkdir(parents=True, exist_ok=True)
         (self.folder / "flwr" / "config.toml").write_text(
@@ -57,8 +113,16 @@ class Federation:
         log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115  (closed with the process)
         self.groups[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                              start_new_session=True)
+        self._record(self.groups[name].pid)
+
+    def _record(self, pgid: int) -> None:
+        """Tell the watchdog about a process group (appended and flushed before anything else happens)."""
+        with open(self.group_file, "a") as f:
+            f.write(f"{pgid}\n")
 
     def __enter__(self) -> Federation:
+        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(self.group_file)],
+                                         start_new_session=True, stdin=subprocess.DEVNULL)
         self._start("superlink", [BIN / "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
                                   str(self.port), "--disable-runtime-dependency-installation"])
         self.wait_for("superlink", "Starting Flower SuperExec")
@@ -83,12 +147,16 @@ class Federation:
         self.groups[name].wait(timeout=10)
 
     def kill_all(self) -> None:
-        """Stop every process of the federation."""
+        """Stop every process of the federation, and what each started (in process groups of their own too)."""
+        stop_tree(int(line) for line in self.group_file.read_text().split())
         for name in list(self.groups):
             self.kill(name)
 
     def __exit__(self, *exc) -> None:
         self.kill_all()
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait(timeout=10)
 
     def run(self, config, output: Path, round_timeout: float = 60.0, connect_timeout: float = 120.0,
             app: Path = APP) -> subprocess.Popen:
@@ -98,9 +166,11 @@ class Federation:
         overrides = run_config_of(config, output=str(output), **{"round-timeout": round_timeout,
                                                                  "connect-timeout": connect_timeout})
         (self.folder / "run.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in overrides.items()))
-        return subprocess.Popen([BIN / "flwr", "run", str(app), "loopback", "--run-config",
-                                 str(self.folder / "run.toml"), "--stream"], env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        runner = subprocess.Popen([BIN / "flwr", "run", str(app), "loopback", "--run-config",
+                                   str(self.folder / "run.toml"), "--stream"], env=self.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self._record(runner.pid)
+        return runner
 
     def logs(self, lines: int = 40) -> str:
         """The last ``lines`` lines of every process's log."""
@@ -115,6 +185,10 @@ def default_experiment(app: Path = APP) -> str:
     if match is None:
         raise OSError(f"{app / 'pyproject.toml'} has no experiment = '...' line")
     return match[1]
+
+
+def _stop_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     output = Path(args.output).resolve()
+    for stop in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C does: unwind, so that the federation is stopped
+        signal.signal(stop, _stop_on_signal)
     work = Path(args.work or tempfile.mkdtemp(prefix="fedcompanion-loopback-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"starting a SuperLink and {nodes} SuperNode(s) on 127.0.0.1 (logs in {work})", flush=True)

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..data.loaders import ArrayDataset, load_dataset
+from ..data.files import reads
+from ..data.loaders import ArrayDataset, load_dataset, load_qsar
 from ..data.partition import partition
 from ..data.synthetic import heterogeneous_least_squares, synthetic_li
 from ..models import Centroids, make_model
@@ -94,6 +95,7 @@ def synthetic_task(alpha: float = 1.0, beta: float = 1.0, num_clients: int = 30,
 QSAR_SETTINGS = ("ours", "authors")
 
 
+@reads(*load_qsar.data_files)
 def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0, setting: str = "ours",
                        nonconvex: float = 0.0, dtype: torch.dtype = torch.float64, device: str = "cpu") -> Task:
     r"""l2-logistic regression on QSAR oral toxicity, rows split into contiguous client blocks (CEADMM paper, Sec. 5).
@@ -109,13 +111,13 @@ def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0, s
     check_number("mu", mu, low=0.0)
     check_number("nonconvex", nonconvex, low=0.0)
     if setting == "ours":
-        train, test = load_dataset("qsar", seed=seed)
+        train, test = load_qsar(seed=seed)
         parts = np.array_split(np.arange(len(train)), num_clients)
         net = make_model("logistic", train.x.shape[1], 2)
         clients = [(train.x[p], train.y[p]) for p in parts]
         return from_client_arrays(f"qsar/{num_clients}{_nonconvex(nonconvex)}", clients, net, "logistic",
                                   weights="size", l2=mu, test=test, dtype=dtype, nonconvex=nonconvex).to(device)
-    train, _ = load_dataset("qsar", test_fraction=0.0, seed=seed)
+    train, _ = load_qsar(test_fraction=0.0, seed=seed)
     d = len(train)
     check_number("num_clients", num_clients, low=1, high=d // 2, integer=True)
     sizes = [round(d / num_clients)] * (num_clients - 1)

@@ -1,0 +1,242 @@
+"""The key covers what a run uses and nothing else: every committed run re-hashed after a scratch edit of the
+package, and the inputs a user's run depends on (their helpers, constants, engines, data) each able to change it.
+
+Each test names the wrong key it rejects: the coarse module-closure key (every run invalid after an unused function)
+fails the "nothing else" tests; a key without the entry, helper, constant or checksum fails the "covers" tests.
+"""
+import collections
+import hashlib
+import json
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import fedcompanion as fc
+from fedcompanion import fingerprint as fp
+from fedcompanion.engine import ENGINES, probe_loop, train_loop
+from fedcompanion.experiments import ExperimentConfig
+from fedcompanion.verify import _config, _stored
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def _families(config: ExperimentConfig) -> str:
+    return "admm" if not config.is_engine_run else f"{config.task}/{config.engine}"
+
+
+@pytest.fixture(scope="module")
+def committed():
+    """One committed config per distinct set of code roots (the rest share their fingerprint), with its count."""
+    groups: dict = {}
+    for meta in _stored(RESULTS):
+        config = _config(meta)
+        c = config
+        ident = (c.algorithm, json.dumps(c.hyperparameters, sort_keys=True, default=list), c.task, c._dataset(),
+                 c._partition_scheme(), c.engine if c.is_engine_run else None, tuple(c.metrics))
+        groups.setdefault(ident, [config, 0])[1] += 1
+    assert sum(n for _, n in groups.values()) > 1000  # the committed runs are there
+    return list(groups.values())
+
+
+def _still_valid(committed, root: Path, rel: str, old: str, new: str):
+    """(valid, total) committed runs by family after the scratch edit ``old -> new`` of ``rel``."""
+    before = {i: c.key()["code"] for i, (c, _) in enumerate(committed)}
+    path = root / rel
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {rel}"
+    path.write_text(text.replace(old, new, 1))
+    saved = fp.ROOT
+    fp.ROOT = root
+    fp.clear()
+    try:
+        valid, total = collections.Counter(), collections.Counter()
+        for i, (c, n) in enumerate(committed):
+            total[_families(c)] += n
+            valid[_families(c)] += n * (c.key()["code"] == before[i])
+        return valid, total
+    finally:
+        fp.ROOT = saved
+        fp.clear()
+        path.write_text(text)
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    root = tmp_path / "fedcompanion"
+    shutil.copytree(fp.ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    fp.clear()
+    yield root
+    fp.clear()
+
+
+def test_adding_a_function_to_the_partition_module_leaves_every_committed_run_valid(committed, scratch):
+    valid, total = _still_valid(committed, scratch, "data/partition.py", "\ndef label_counts(",
+                                "\ndef unused_helper(x):\n    return x + 1\n\n\ndef label_counts(")
+    assert valid == total
+
+
+@pytest.mark.parametrize("rel, old, new", [
+    ("engine/__init__.py", 'DEFAULT_ENGINE = "batched"',
+     'ENGINES.register("toy", (train_loop, probe_loop))\nDEFAULT_ENGINE = "batched"'),
+    ("tasks/builders.py", "PARTITIONED_TASKS = (",
+     "def toy_task(seed=0):\n    return least_squares_task(seed=seed)\n\n\nTASKS.register('toy', toy_task)\n"
+     "PARTITIONED_TASKS = ("),
+    ("data/partition.py", "\ndef partition(",
+     "@register_partition('halves')\ndef halves(labels, num_clients, rng):\n    return [labels]\n\n\ndef partition("),
+], ids=["engine", "task", "partition"])
+def test_adding_an_engine_a_task_or_a_partition_invalidates_no_committed_run(committed, scratch, rel, old, new):
+    valid, total = _still_valid(committed, scratch, rel, old, new)
+    assert valid == total
+
+
+def test_an_engine_kernel_edit_invalidates_the_engine_runs_and_leaves_the_admm_family_valid(committed, scratch):
+    valid, total = _still_valid(committed, scratch, "engine/clientwise.py", "ROW_ALIGNMENT = ", "ROW_ALIGNMENT = 2 * ")
+    assert total["admm"] > 0 and valid["admm"] == total["admm"]
+    engine_runs = [f for f in total if f != "admm"]
+    assert engine_runs and all(valid[f] == 0 for f in engine_runs)  # every engine run takes the clientwise kernel
+
+
+def test_an_mnist_constant_edit_leaves_the_qsar_and_least_squares_runs_valid(committed, scratch):
+    valid, total = _still_valid(committed, scratch, "data/loaders.py", "MNIST_STATS = ((0.1307,), (0.3081,))",
+                                "MNIST_STATS = ((0.1306,), (0.3081,))")
+    assert valid["qsar/batched"] == total["qsar/batched"] > 0 and valid["admm"] == total["admm"]
+    assert valid["dataset/batched"] < total["dataset/batched"]  # the MNIST runs are invalid
+    assert valid["semi_supervised/batched"] == 0 < total["semi_supervised/batched"]  # on MNIST
+
+
+# ---------------------------------------------------------------------------------------------- a user's code
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A user's own package of two modules on sys.path: an algorithm and the helper module it imports."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "myhelpers.py").write_text("SCALE = 1.0\n\n\ndef scaled(x):\n    return SCALE * x\n")
+    (tmp_path / "myalgo.py").write_text(textwrap.dedent("""
+        from fedcompanion.algorithms.fedavg import FedAvg, weighted_mean_of_updates
+        from myhelpers import scaled
+
+        STEP = 1.0
+
+
+        class Mine(FedAvg):
+            name = "mine-user"
+
+            def server_update(self, task, state, info, uploads):
+                return super().server_update(task, state, info, uploads)
+
+            def scale(self, x):
+                return scaled(x) * STEP + 0 * weighted_mean_of_updates.__code__.co_argcount
+        """))
+    yield tmp_path
+    for name in ("myalgo", "myhelpers"):
+        sys.modules.pop(name, None)
+    fp.clear()
+
+
+def _user_key(tmp_path) -> str:
+    for name in ("myalgo", "myhelpers"):
+        sys.modules.pop(name, None)
+    import myalgo
+
+    return fp.fingerprint([myalgo.Mine])
+
+
+def test_a_user_algorithms_key_covers_its_helper_module_its_constants_and_the_package_code_it_imports(
+        user_module, scratch):
+    first = _user_key(user_module)
+    helpers = user_module / "myhelpers.py"
+    helpers.write_text(helpers.read_text().replace("SCALE = 1.0", "SCALE = 2.0"))
+    assert _user_key(user_module) != first  # the helper module's constant (it used to be served the old run)
+    helpers.write_text(helpers.read_text().replace("SCALE = 2.0", "SCALE = 1.0"))
+    assert _user_key(user_module) == first
+    own = user_module / "myalgo.py"
+    own.write_text(own.read_text().replace("STEP = 1.0", "STEP = 3.0"))
+    assert _user_key(user_module) != first  # its own module-level constant
+    own.write_text(own.read_text().replace("STEP = 3.0", "STEP = 1.0"))
+    fedavg = scratch / "algorithms/fedavg.py"
+    fedavg.write_text(fedavg.read_text().replace(
+        "def weighted_mean_of_updates(info, updates, aggregation: str):",
+        "def weighted_mean_of_updates(info, updates, aggregation: str = 'normalized'):"))
+    fp.ROOT, saved = scratch, fp.ROOT
+    try:
+        fp.clear()
+        assert _user_key(user_module) != first  # the package helper it imports (it used to keep its key)
+    finally:
+        fp.ROOT = saved
+
+
+def test_a_notebook_functions_key_covers_the_globals_it_reads():
+    """Code with no file (a notebook cell, python -c): its source and the values of the globals it names."""
+    space = {"__name__": "__main__"}
+    exec("LIMIT = 3\ndef metric(task, config):\n    return lambda x: LIMIT\n", space)
+    first = fp.fingerprint([space["metric"]])
+    space["LIMIT"] = 4
+    assert fp.fingerprint([space["metric"]]) != first
+    space["LIMIT"] = 3
+    assert fp.fingerprint([space["metric"]]) == first
+
+
+def _toy_train(*args, **kwargs):
+    return train_loop(*args, **kwargs)
+
+
+def test_a_user_engine_is_in_the_key_and_a_replaced_built_in_keys_by_the_new_code():
+    config = ExperimentConfig(task="least_squares", algorithm="fedavg", engine="batched")
+    builtin = config.hash()
+    saved = ENGINES["batched"]
+    try:
+        fc.engine.register_engine("batched", _toy_train, probe_loop)
+        assert config.hash() != builtin  # not the built-in's results for another engine
+    finally:
+        ENGINES.register("batched", saved, user=False)
+    assert config.hash() == builtin
+    try:
+        fc.engine.register_engine("toy-engine", _toy_train, probe_loop)
+        toy = ExperimentConfig(task="least_squares", algorithm="fedavg", engine="toy-engine")
+        assert "toy-engine" in ENGINES.user and toy.hash() != builtin
+    finally:
+        ENGINES.pop("toy-engine")
+
+
+# ---------------------------------------------------------------------------------------------- data and timings
+def test_the_key_holds_the_checksums_of_the_data_files_the_task_reads(tmp_path, monkeypatch):
+    qsar = ExperimentConfig(task="qsar", algorithm="fedavg")
+    assert list(qsar.data_files()) == ["qsar_oral_toxicity/qsar_oral_toxicity.csv.gz"]
+    assert ExperimentConfig(task="least_squares").data_files() == {}
+    mnist = ExperimentConfig(task="dataset", task_args={"dataset": "mnist"})
+    assert all(f.startswith("mnist/") for f in mnist.data_files()) and len(mnist.data_files()) == 4
+    shipped = qsar.hash()
+    data = tmp_path / "data"
+    shutil.copytree(Path(fc.data.files.data_dir()), data)
+    target = data / "qsar_oral_toxicity/qsar_oral_toxicity.csv.gz"
+    target.write_bytes(target.read_bytes() + b"")  # same bytes: same key
+    monkeypatch.setenv("FEDCOMPANION_DATA", str(data))
+    assert qsar.hash() == shipped
+    sums = (data / "SHA256SUMS").read_text()
+    other = hashlib.sha256(b"other labels").hexdigest()
+    (data / "SHA256SUMS").write_text("\n".join(
+        f"{other}  {name}" if name.startswith("qsar") else line
+        for line in sums.splitlines() for name in [line.split()[-1]]) + "\n")
+    assert qsar.hash() != shipped  # other QSAR data: not the shipped data's results
+    assert mnist.hash() == ExperimentConfig(task="dataset", task_args={"dataset": "mnist"}).hash()
+
+
+def test_every_shipped_file_a_committed_task_reads_is_declared(monkeypatch):
+    """The declaration is the contract: building each kind of committed task reads only the files its key names."""
+    from fedcompanion.data import loaders
+    from fedcompanion.experiments import build_task
+
+    read = []
+    original = loaders.verified_path
+    monkeypatch.setattr(loaders, "verified_path", lambda rel: read.append(rel) or original(rel))
+    loaders._mnist.cache_clear()
+    for config in (ExperimentConfig(task="qsar", task_args={"num_clients": 4}, seed=11),
+                   ExperimentConfig(task="dataset", task_args={"num_clients": 4, "partition_scheme": "iid"},
+                                    seed=11),
+                   ExperimentConfig(task="semi_supervised", task_args={"num_clients": 4}, seed=11)):
+        read.clear()
+        build_task(config)
+        assert read and set(read) <= set(config.data_files()), (config.task, read)
+    loaders._mnist.cache_clear()

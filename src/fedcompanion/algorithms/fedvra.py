@@ -198,11 +198,9 @@ class FedVRA(Algorithm):
 
 @dataclass(frozen=True)
 class FedADMMServer(ServerState):
-    """x_0, the server's copies of every client's lambda_i (zero rows until a client uploads one) and their
-    weighted sum lam = sum_i w_i lambda_i, kept up to date from the round's uploads."""
+    """x_0 and the server's copies of every client's lambda_i."""
 
     lam_copies: tuple
-    lam: torch.Tensor
 
 
 @register
@@ -211,8 +209,7 @@ class FedADMM(Algorithm):
 
     Clients upload x_i and lambda_i (two vectors); the server keeps a copy of every lambda_i and sets
     x_0 = argmin_{x_0} sum_i w_i [<lambda_i, x_0 - x_i> + gamma/2 ||x_i - x_0||^2] over all clients, with
-    x_i = x_0^r for the inactive ones. The server's sum_i w_i lambda_i is updated by the active clients' changes,
-    sum_{i active} w_i (lambda_i^new - lambda_i^old), so a round costs O(K P), never an [N, P] block."""
+    x_i = x_0^r for the inactive ones."""
 
     name = "fedadmm"
 
@@ -220,7 +217,7 @@ class FedADMM(Algorithm):
         self.gamma = check_number("gamma", gamma, low=0.0, low_open=True)
 
     def init_server(self, task, x0):
-        return FedADMMServer(x0.clone(), zero_rows(task.num_clients, x0), torch.zeros_like(x0))
+        return FedADMMServer(x0.clone(), zero_rows(task.num_clients, x0))
 
     def init_clients(self, task, x0):
         return {"lam": zero_rows(task.num_clients, x0)}
@@ -235,14 +232,12 @@ class FedADMM(Algorithm):
 
     def server_update(self, server, info, uploads):
         w = info.weights.to(server.x.dtype)
-        ids = info.clients.tolist()
-        old = torch.stack([server.lam_copies[i] for i in ids])
-        lam = server.lam + w[info.clients] @ (uploads["lam"] - old)
         entries = replace_entries(server.lam_copies, info.clients, uploads["lam"])
+        lam = w @ torch.stack(list(entries))
         # sum_i w_i x_i with x_i = x_0 for the inactive clients
         model_sum = w.sum() * server.x + info.active_weights.to(w.dtype) @ (uploads["x"] - server.x)
         x = (self.gamma * model_sum - lam) / (self.gamma * w.sum())
-        return FedADMMServer(x, entries, lam)
+        return FedADMMServer(x, entries)
 
 
 @dataclass(frozen=True)

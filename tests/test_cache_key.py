@@ -32,11 +32,10 @@ def committed():
     """One committed config per distinct set of code roots (the rest share their fingerprint), with its count."""
     groups: dict = {}
     for meta in _stored(RESULTS):
-        config = _config(meta)
-        c = config
+        c = _config(meta)
         ident = (c.algorithm, json.dumps(c.hyperparameters, sort_keys=True, default=list), c.task, c._dataset(),
                  c._partition_scheme(), c.engine if c.is_engine_run else None, tuple(c.metrics))
-        groups.setdefault(ident, [config, 0])[1] += 1
+        groups.setdefault(ident, [c, 0])[1] += 1
     assert sum(n for _, n in groups.values()) > 1000  # the committed runs are there
     return list(groups.values())
 
@@ -182,6 +181,11 @@ def _toy_train(*args, **kwargs):
     return train_loop(*args, **kwargs)
 
 
+def _other_toy_train(*args, **kwargs):
+    x, buffers = train_loop(*args, **kwargs)
+    return x * 1.0, buffers
+
+
 def test_a_user_engine_is_in_the_key_and_a_replaced_built_in_keys_by_the_new_code():
     config = ExperimentConfig(task="least_squares", algorithm="fedavg", engine="batched")
     builtin = config.hash()
@@ -192,10 +196,14 @@ def test_a_user_engine_is_in_the_key_and_a_replaced_built_in_keys_by_the_new_cod
     finally:
         ENGINES.register("batched", saved, user=False)
     assert config.hash() == builtin
+    assert "batched" not in ENGINES.user
     try:
-        fc.engine.register_engine("toy-engine", _toy_train, probe_loop)
         toy = ExperimentConfig(task="least_squares", algorithm="fedavg", engine="toy-engine")
-        assert "toy-engine" in ENGINES.user and toy.hash() != builtin
+        fc.engine.register_engine("toy-engine", _toy_train, probe_loop)
+        first = toy.hash()
+        assert "toy-engine" in ENGINES.user  # so a sweep's workers receive it
+        fc.engine.register_engine("toy-engine", _other_toy_train, probe_loop)
+        assert toy.hash() != first  # the user engine's code is in the key (it used to keep the cached run)
     finally:
         ENGINES.pop("toy-engine")
 
@@ -207,20 +215,18 @@ def test_the_key_holds_the_checksums_of_the_data_files_the_task_reads(tmp_path, 
     assert ExperimentConfig(task="least_squares").data_files() == {}
     mnist = ExperimentConfig(task="dataset", task_args={"dataset": "mnist"})
     assert all(f.startswith("mnist/") for f in mnist.data_files()) and len(mnist.data_files()) == 4
-    shipped = qsar.hash()
+    shipped, mnist_shipped = qsar.hash(), mnist.hash()
     data = tmp_path / "data"
     shutil.copytree(Path(fc.data.files.data_dir()), data)
-    target = data / "qsar_oral_toxicity/qsar_oral_toxicity.csv.gz"
-    target.write_bytes(target.read_bytes() + b"")  # same bytes: same key
     monkeypatch.setenv("FEDCOMPANION_DATA", str(data))
-    assert qsar.hash() == shipped
+    assert qsar.hash() == shipped  # a copy of the shipped data: the same key (the folder is not in it)
     sums = (data / "SHA256SUMS").read_text()
     other = hashlib.sha256(b"other labels").hexdigest()
     (data / "SHA256SUMS").write_text("\n".join(
         f"{other}  {name}" if name.startswith("qsar") else line
         for line in sums.splitlines() for name in [line.split()[-1]]) + "\n")
     assert qsar.hash() != shipped  # other QSAR data: not the shipped data's results
-    assert mnist.hash() == ExperimentConfig(task="dataset", task_args={"dataset": "mnist"}).hash()
+    assert mnist.hash() == mnist_shipped  # the MNIST runs read no QSAR file: still valid
 
 
 def test_every_shipped_file_a_committed_task_reads_is_declared(monkeypatch):
@@ -240,3 +246,60 @@ def test_every_shipped_file_a_committed_task_reads_is_declared(monkeypatch):
         build_task(config)
         assert read and set(read) <= set(config.data_files()), (config.task, read)
     loaders._mnist.cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------- reaching the workers
+@pytest.fixture
+def interactive_main(monkeypatch):
+    """A ``__main__`` with no file, as in a notebook kernel or ``python -c``; returns a namespace in it."""
+    import types
+
+    main = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    return main.__dict__
+
+
+def test_an_interactively_defined_entry_is_refused_before_any_run_and_a_loader_travels_as_arrays(
+        interactive_main, tmp_path):
+    """It pickles by reference, so the old check let it through and the workers died (BrokenProcessPool)."""
+    from fedcompanion.data.loaders import Arrays, transportable
+    from fedcompanion.experiments import TASKS, sweep
+
+    exec("import fedcompanion as fc\n"
+         "def builder(seed):\n    return fc.tasks.least_squares_task(num_clients=3, dim=4, seed=seed)\n"
+         "def loader():\n    return LOADED\n", interactive_main)
+    interactive_main["LOADED"] = _toy_arrays()
+    assert isinstance(transportable("mine", interactive_main["loader"]), Arrays)
+    try:
+        fc.register_task("interactive-task", interactive_main["builder"])
+        configs = [ExperimentConfig(task="interactive-task", rounds=1, clients_per_round=None, seed=s)
+                   for s in (0, 1)]
+        with pytest.raises(fc.ConfigError, match="'interactive-task' cannot be sent .*defined interactively"):
+            sweep(configs, tmp_path, jobs=2, progress=False)
+        assert not list(tmp_path.glob("*.json"))  # refused before any run
+    finally:
+        TASKS.pop("interactive-task")
+
+
+def _toy_arrays():
+    import torch
+
+    from fedcompanion.data.loaders import ArrayDataset
+
+    x = torch.arange(24.0).view(12, 2)
+    return ArrayDataset(x, (x[:, 0] > 10).long(), 2), None
+
+
+def test_a_script_without_a_main_guard_is_refused_before_it_starts_workers(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""
+        from fedcompanion.experiments import ExperimentConfig, sweep
+        configs = [ExperimentConfig(task="least_squares", task_args=dict(num_clients=3, dim=4), rounds=1,
+                                    clients_per_round=None, seed=s) for s in (0, 1)]
+        sweep(configs, {str(tmp_path / "out")!r}, jobs=2, progress=False)
+        """))
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "without an `if __name__ == \"__main__\":` guard" in done.stderr, done.stderr
+    assert not list((tmp_path / "out").glob("*.json"))

@@ -294,12 +294,16 @@ def _in_package(root) -> bool:
     return isinstance(root, (type, types.FunctionType)) and module_file(root.__module__) is not None
 
 
-@functools.lru_cache(maxsize=1024)
-def _package_fingerprint(roots: tuple) -> str:
+def _collect(roots) -> _Roots:
     collected = _Roots()
     for root in roots:
         collected.add(root)
-    return collected.digest()
+    return collected
+
+
+@functools.lru_cache(maxsize=1024)
+def _package_fingerprint(roots: tuple) -> str:
+    return _collect(roots).digest()
 
 
 def fingerprint(roots: Iterable) -> str:
@@ -310,10 +314,7 @@ def fingerprint(roots: Iterable) -> str:
     roots = tuple(roots)
     if all(_in_package(r) for r in roots):
         return _package_fingerprint(roots)
-    collected = _Roots()
-    for root in roots:
-        collected.add(root)
-    return collected.digest()
+    return _collect(roots).digest()
 
 
 def clear() -> None:
@@ -325,9 +326,7 @@ def clear() -> None:
 def reached(roots: Iterable) -> list[tuple[str, str]]:
     """The (module, first line of the statement's source) pairs the fingerprint of ``roots`` covers, for
     inspection: ``python -c "from fedcompanion.fingerprint import reached; ..."``."""
-    collected = _Roots()
-    for root in roots:
-        collected.add(root)
+    collected = _collect(roots)
     collected.walk.run()
     return sorted({(m, _graph(m).statements[i].line) for m, i in collected.walk.reached})
 

@@ -7,7 +7,9 @@ A :class:`Registry` is a dict from name to entry with a ``register`` method (usa
 """
 from __future__ import annotations
 
+import functools
 import pickle
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +37,7 @@ class Registry(dict):
             return lambda obj: self.register(name, obj, user=user)
         super().__setitem__(name, entry)
         if user is None:
-            user = (getattr(entry, "__module__", None) or "").split(".")[0] != PACKAGE
+            user = any(module.split(".")[0] != PACKAGE for module in _modules(entry))
         (self.user.add if user else self.user.discard)(name)
         return entry
 
@@ -60,6 +62,29 @@ class Registry(dict):
         return self[name]
 
 
+def _modules(entry: Any) -> list[str]:
+    """The modules that define ``entry``'s code: its own, or its parts' (an engine's (train, probe) pair, a
+    ``functools.partial``)."""
+    if isinstance(entry, tuple):
+        return [m for part in entry for m in _modules(part)]
+    if isinstance(entry, functools.partial):
+        return _modules(entry.func)
+    return [getattr(entry, "__module__", None) or type(entry).__module__]
+
+
+def travel_problem(entry: Any) -> str | None:
+    """Why ``entry`` cannot reach a spawned worker process, or ``None`` if it can: it must pickle, and pickle by
+    reference to a module the worker can import (not a notebook cell's or ``python -c``'s ``__main__``)."""
+    main = sys.modules.get("__main__")
+    if "__main__" in _modules(entry) and getattr(main, "__file__", None) is None:
+        return "it is defined interactively (a notebook cell or python -c), where worker processes cannot import it"
+    try:
+        pickle.dumps(entry)
+    except Exception as exc:  # noqa: BLE001  (pickle raises several kinds)
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def registry(kind: str) -> Registry:
     """The registry of ``kind`` (``algorithm``, ``task``, ``dataset``, ``partition``, ``metric``)."""
     check_choice("registry kind", kind, _ALL)
@@ -69,19 +94,18 @@ def registry(kind: str) -> Registry:
 def user_entries(prepare: dict[str, Callable[[str, Any], Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Every user entry, by kind, made ready to travel to another process: ``prepare[kind](name, entry)`` may
     replace an entry (e.g. a dataset loader by the arrays it returns). Raises :class:`ConfigError` naming an entry
-    that cannot be pickled (a class or function defined in a notebook: define it in a module, or use jobs=1)."""
+    that cannot travel (:func:`travel_problem`: define it in a module, or use jobs=1)."""
     out: dict[str, dict[str, Any]] = {}
     for kind, reg in _ALL.items():
         for name in sorted(reg.user):
             entry = reg[name]
             if prepare and kind in prepare:
                 entry = prepare[kind](name, entry)
-            try:
-                pickle.dumps(entry)
-            except Exception as exc:  # noqa: BLE001  (pickle raises several kinds)
+            problem = travel_problem(entry)
+            if problem is not None:
                 raise ConfigError(
-                    f"the {kind} {name!r} cannot be sent to worker processes ({type(exc).__name__}: {exc}); "
-                    "define it in an importable module (a .py file) or run the sweep with jobs=1") from None
+                    f"the {kind} {name!r} cannot be sent to worker processes ({problem}); "
+                    "define it in an importable module (a .py file) or run the sweep with jobs=1")
             out.setdefault(kind, {})[name] = entry
     return out
 

@@ -31,8 +31,15 @@ def _checksums(folder: Path) -> dict[str, str]:
     sums = folder / "SHA256SUMS"
     if not sums.exists():
         raise DataError(f"{sums} is missing; restore it with `git checkout -- data/SHA256SUMS`.")
+    stat = sums.stat()
+    return dict(_listed(sums, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _listed(sums: Path, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+    """(name, SHA-256) pairs of a SHA256SUMS file, read once per version of it (every run's key asks)."""
     pairs = (line.split() for line in sums.read_text().splitlines() if line.strip())
-    return {name: digest for digest, name in pairs}
+    return tuple((name, digest) for digest, name in pairs)
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..registry import Registry
+from ..registry import Registry, travel_problem
 from ..validation import ConfigError, check_number
 from .files import DataError, cache_dir, reads, verified_path
 
@@ -219,11 +219,6 @@ def forget_dataset_digests() -> None:
 
 
 def transportable(name: str, loader: Callable) -> Callable:
-    """``loader`` if it can be pickled to a worker process, else the arrays it returns (:class:`Arrays`)."""
-    import pickle
-
-    try:
-        pickle.dumps(loader)
-        return loader
-    except Exception:  # noqa: BLE001  (a notebook's function: evaluate it here, send the arrays)
-        return Arrays(*loader())
+    """``loader`` if it can reach a worker process (:func:`~fedcompanion.registry.travel_problem`), else the arrays
+    it returns (:class:`Arrays`): a notebook's loader, lambda or ``def``, is evaluated here and its arrays sent."""
+    return loader if travel_problem(loader) is None else Arrays(*loader())

@@ -22,7 +22,7 @@ from .schedule import LocalWork, batch_indices
 ENGINES = Registry("engine")
 ENGINES.update({"batched": (train_batched, probe_loop), "loop": (train_loop, probe_loop),
                 **{f"batched-{kernel}": (functools.partial(train_batched, kernel=kernel), probe_loop)
-                   for kernel in ("clientwise", "products")}}, user=False)
+                   for kernel in ("clientwise", "products")}})
 DEFAULT_ENGINE = "batched"  # the fast one; "loop" is the readable reference and the tests' oracle
 
 
@@ -33,8 +33,7 @@ def register_engine(name: str, train, probe) -> None:
     a sweep's worker processes receive it like any other user entry."""
     if not callable(train) or not callable(probe):
         raise ConfigError(f"register_engine({name!r}, train, probe): both must be callable")
-    user = any(not (getattr(f, "__module__", None) or "").startswith("fedcompanion.") for f in (train, probe))
-    ENGINES.register(name, (train, probe), user=user)
+    ENGINES.register(name, (train, probe))
 
 
 __all__ = [

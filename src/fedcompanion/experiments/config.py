@@ -109,17 +109,17 @@ class ExperimentConfig:
     def algorithm_classes(self) -> list:
         """The classes the run's algorithm executes: its own and its bases, and those of every algorithm a
         hyperparameter names or a default names (two_block's inner FedVRA), followed to their own defaults."""
-        out, todo = [], [(self.algorithm, self.hyperparameters)]
+        out, seen, todo = [], set(), [(self.algorithm, self.hyperparameters)]
         while todo:
             name, hyperparameters = todo.pop()
-            cls = REGISTRY.lookup(name)
-            if cls in out:
+            if name in seen:
                 continue
+            seen.add(name)
+            cls = REGISTRY.lookup(name)
             out += [c for c in cls.__mro__[:-1] if c not in out]
             defaults = [p.default for p in inspect.signature(cls).parameters.values()
                         if p.default is not inspect.Parameter.empty and p.name not in hyperparameters]
-            todo += [(v, {}) for v in _leaves([hyperparameters, defaults]) if isinstance(v, str) and v in REGISTRY
-                     and v != name]
+            todo += [(v, {}) for v in _leaves([hyperparameters, defaults]) if isinstance(v, str) and v in REGISTRY]
         return out
 
     def code_roots(self) -> list:

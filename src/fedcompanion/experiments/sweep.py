@@ -65,24 +65,9 @@ def _run_and_store(config: ExperimentConfig, results_dir: str, key: dict) -> tup
         torch.set_num_threads(threads)
 
 
-def _defined_interactively(entry) -> bool:
-    objects = entry if isinstance(entry, tuple) else (entry,)
-    main = sys.modules.get("__main__")
-    return any((getattr(o, "__module__", None) or type(o).__module__) == "__main__" for o in objects) \
-        and getattr(main, "__file__", None) is None
-
-
-def check_spawnable(entries: dict) -> None:
-    """Refuse, before any run, what spawned worker processes could not do: import a user entry defined
-    interactively (a notebook cell, ``python -c``: the workers have no such ``__main__``), or start at all from a
-    script with no ``if __name__ == "__main__":`` guard (each worker would run the script again)."""
-    for kind, named in entries.items():
-        for name, entry in named.items():
-            if _defined_interactively(entry):
-                raise ConfigError(
-                    f"the {kind} {name!r} is defined interactively (a notebook cell or python -c), where worker "
-                    "processes cannot import it: define it in a .py module and import it, or run the sweep with "
-                    "jobs=1")
+def check_spawnable() -> None:
+    """Refuse, before any run, to start worker processes from a script with no ``if __name__ == "__main__":`` guard
+    (each worker would run the script again; a user entry that cannot travel is refused by ``user_entries``)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if path and path.endswith(".py") and Path(path).is_file() and getattr(main, "__spec__", None) is None:
@@ -151,7 +136,7 @@ def sweep(
     elif todo:
         ctx = multiprocessing.get_context("spawn")
         entries = user_entries({"dataset": transportable})
-        check_spawnable(entries)
+        check_spawnable()
         start = {"initializer": _start_worker, "initargs": (os.getpid(), entries)}
         with ProcessPoolExecutor(jobs, mp_context=ctx, **start) as pool:
             for future in as_completed([pool.submit(_run_and_store, c, str(folder), c.key()) for c in todo]):

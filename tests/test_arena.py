@@ -47,12 +47,13 @@ def test_lower_is_better_reverses_the_order_and_the_words():
     assert list(r.method) == ["C", "A"] and list(r["against best"]) == ["best", "worse"]
 
 
-def test_a_diverged_seed_counts_as_the_worst_value():
+def test_a_diverged_seed_ranks_last_and_counts_as_a_loss():
     t = table({"A": [0.90, 0.91, 0.92, 0.90, np.nan], "B": [0.80, 0.81, 0.80, 0.82, 0.81]})
     r = arena.ranking(t, ACC, SEEDS).set_index("method")
     assert list(r.index) == ["B", "A"]
     assert r.loc["A", "diverged"] == 1 and r.loc["A", "metric"] == -math.inf
-    assert r.loc["A", "against best"] == "worse"  # the best's seed 4 against -inf
+    # the divergence is a loss for A in a sign test (1 win of B against 4 of A's): not significant at 5 seeds
+    assert r.loc["A", "against best"] == "tie" and math.isfinite(r.loc["A", "difference"])
 
 
 def test_per_seed_reads_the_last_round_the_target_and_the_upload():
@@ -162,3 +163,25 @@ def test_a_part_of_the_arena_has_its_own_summary_and_figures_and_the_report_show
     assert "figures/arena_ranking-qsar.png" in "\n".join(arena.markdown(qsar.checks["arena"], qsar.notebook))
     assert "figures/arena_ranking.png" in "\n".join(arena.markdown(whole.checks["arena"], whole.notebook))
     assert _inside(qsar, whole) and not _inside(whole, whole) and not _inside(qsar, None)
+
+
+def test_two_methods_diverged_on_the_same_seed_are_compared_on_the_others():
+    """Issue 47: A and B both diverged on seed 4, A better on every other seed. inf - inf used to read as a missing
+    run ("does not reproduce"), so the arena called B "better" than the best, and the order was alphabetical."""
+    t = table({"B": [0.80, 0.81, 0.80, 0.82, np.nan], "A": [0.90, 0.91, 0.92, 0.90, np.nan],
+               "C": [0.70, 0.70, 0.71, 0.70, 0.72]})
+    r = arena.ranking(t, ACC, SEEDS).set_index("method")
+    assert list(r.index) == ["C", "A", "B"]  # C finished every seed; A before B on the seeds both finished
+    e = arena.per_seed_evidence(t, "metric", "A", "B", "higher", "s")
+    assert e.n == 4 and e.both_diverged == [4] and e.word() == "reproduces"
+    assert "both diverged on seed 4" in e.describe()
+
+
+def test_seeds_are_distinct_non_negative_integers_where_they_are_declared(capsys):
+    for bad, match in (((0, 0), "more than once"), ((-1, 0), ">= 0"), ((0,), "at least 2")):
+        with pytest.raises(ConfigError, match=match):
+            arena.Plan(seeds=bad)
+    with pytest.raises(ConfigError, match="more than once"):
+        arena.Plan(tune_seeds=(100, 100))
+    assert cli.main(["arena", "--seeds", "0", "0"]) != 0
+    assert "more than once" in capsys.readouterr().err

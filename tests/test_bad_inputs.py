@@ -199,7 +199,8 @@ CASES = [
     # ---- second pass: the arena, tuning, verdicts, configs, each algorithm's own checks, kernels, builders, notebooks
     # arena
     ("arena plan: overlapping seeds", lambda t: arena.Plan(seeds=(0, 1), tune_seeds=(0, 5)), ConfigError, "disjoint"),
-    ("arena plan: one evaluation seed", lambda t: arena.Plan(seeds=(0,)), ConfigError, "at least 2 evaluation seeds"),
+    ("arena plan: one evaluation seed", lambda t: arena.Plan(seeds=(0,)), ConfigError,
+     "arena plan seeds needs at least 2 seeds"),
     ("arena plan: rounds 0", lambda t: arena.Plan(rounds=0), ConfigError, "rounds"),
     ("arena plan: tune_rounds 0", lambda t: arena.Plan(tune_rounds=0), ConfigError, "tune_rounds"),
     ("arena plan: points 1", lambda t: arena.Plan(points=1), ConfigError, "points"),

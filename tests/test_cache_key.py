@@ -91,6 +91,16 @@ def test_adding_an_engine_a_task_or_a_partition_invalidates_no_committed_run(com
     assert valid == total
 
 
+def test_a_reworded_error_message_leaves_every_committed_run_valid(committed, scratch):
+    """Issue 47: a message in validation.py (every run's validation reads it) used to invalidate every run."""
+    valid, total = _still_valid(committed, scratch, "validation.py", 'must be a finite number, got {value!r}',
+                                'must be finite, not {value!r}')
+    assert valid == total
+    valid, total = _still_valid(committed, scratch, "validation.py", "if not integer and not math.isfinite(value):",
+                                "if not integer and not math.isfinite(value) and value > 0:")
+    assert total["admm"] > 0 and valid["admm"] < total["admm"]  # the test beside the message is code
+
+
 def test_an_engine_kernel_edit_invalidates_the_engine_runs_and_leaves_the_admm_family_valid(committed, scratch):
     valid, total = _still_valid(committed, scratch, "engine/clientwise.py", "ROW_ALIGNMENT = ", "ROW_ALIGNMENT = 2 * ")
     assert total["admm"] > 0 and valid["admm"] == total["admm"]
@@ -303,3 +313,44 @@ def test_a_script_without_a_main_guard_is_refused_before_it_starts_workers(tmp_p
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "without an `if __name__ == \"__main__\":` guard" in done.stderr, done.stderr
     assert not list((tmp_path / "out").glob("*.json"))
+
+
+def test_a_main_scripts_algorithm_task_and_metric_reach_two_workers(tmp_path):
+    """Issue 47 group 3: definitions in a guarded main script failed with jobs=2 ("no verified result ... stored
+    under [...], the sweep looks for [...]": the workers computed other keys). They run, and a second sweep in a new
+    process finds them all cached."""
+    script = tmp_path / "mine.py"
+    script.write_text(textwrap.dedent(f"""
+        import fedcompanion as fc
+        from fedcompanion.algorithms.fedavg import FedAvg
+        from fedcompanion.experiments import ExperimentConfig, register_metric, register_task, sweep
+
+
+        @fc.register
+        class MyAvg(FedAvg):
+            name = "myavg-main"
+
+
+        def my_task(seed=0):
+            return fc.tasks.least_squares_task(num_clients=4, dim=3, seed=seed)
+
+
+        def spread(task, config):
+            return lambda x: x.abs().max()
+
+
+        register_task("my-main-task", my_task)
+        register_metric("spread-main", spread)
+
+        if __name__ == "__main__":
+            configs = [ExperimentConfig(task="my-main-task", algorithm="myavg-main", rounds=2, clients_per_round=2,
+                                        lr=0.1, seed=s, metrics=["spread-main"]) for s in range(3)]
+            runs = sweep(configs, {str(tmp_path / "out")!r}, jobs=2, progress=False).attrs["runs"]
+            print(sorted(runs.status), len(list(__import__("pathlib").Path({str(tmp_path / "out")!r}).glob("*.json"))))
+        """))
+    import subprocess
+
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == "['ok', 'ok', 'ok'] 3", done.stdout

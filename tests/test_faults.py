@@ -1,4 +1,7 @@
 """Issue 28's causes, each with a test that failed before its fix: nothing silently wrong."""
+import signal
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -284,3 +287,141 @@ def test_a_partial_run_is_never_stored_as_its_configs_run(tmp_path, lsq_sized):
     with pytest.raises(ValueError, match="status 'partial' is not what its config describes"):
         store(config, result, tmp_path)
     assert not is_cached(config, tmp_path) and not list(tmp_path.glob("*"))
+
+
+class _Noisy(torch.nn.Module):
+    def __init__(self, noise):
+        super().__init__()
+        self.lin, self.noise = torch.nn.Linear(3, 2), noise
+
+    def forward(self, x):
+        return self.noise(self.lin(x))
+
+
+class _Counting(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x)
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn, self.out = torch.nn.MultiheadAttention(3, 1, dropout=0.5), torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.out(self.attn(x, x, x)[0])
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru, self.out = torch.nn.GRU(3, 4, num_layers=2, dropout=0.5), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.gru(x)[0])
+
+
+class _Scalar(torch.nn.Module):
+    def __init__(self, dtype=None):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.scale = torch.nn.Parameter(torch.ones((), dtype=dtype) if dtype else torch.ones(()))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale.real if self.scale.is_complex() else self.lin(x) * self.scale
+
+
+class _Complex(_Scalar):
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        self.lin = torch.nn.Linear(3, 2)
+        self.scale = torch.nn.Parameter(torch.ones(1, dtype=torch.complex64))
+
+
+@pytest.mark.parametrize("model, message", [
+    (lambda: _Noisy(torch.nn.RReLU()), "draws from torch's global generator"),
+    (lambda: _Noisy(lambda a: torch.nn.functional.dropout(a, 0.5, training=True)), "global generator"),
+    (lambda: _Noisy(lambda a: a + 0.1 * torch.randn_like(a)), "global generator"),
+    (_Attention, "global generator"),
+    (_Recurrent, "global generator"),
+    (_Counting, r"changes its buffer\(s\) \['calls'\]"),
+    (_Scalar, r"parameter 'scale' is 0-d"),
+    (_Complex, r"parameter 'scale' is torch.complex64"),
+])
+def test_a_model_that_does_not_repeat_is_refused_by_the_determinism_contract(model, message):
+    """Issue 47 group 2: each of these models was accepted, and the same config and seed gave two histories (or
+    crashed in Task.unflatten, or dropped an imaginary part); the contract refuses each by name."""
+    rng = np.random.default_rng(0)
+    clients = [(rng.standard_normal((5, 3)).astype(np.float32), rng.integers(0, 2, 5)) for _ in range(2)]
+    with pytest.raises(fc.ConfigError, match=message):
+        fc.tasks.from_client_arrays("user", clients, model(), "cross_entropy")
+
+
+def test_the_determinism_contract_leaves_the_model_and_the_generator_alone():
+    from fedcompanion.models import check_repeatable
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).eval()
+    before = [p.detach().clone() for p in net.parameters()]
+    state = torch.random.get_rng_state()
+    check_repeatable(net, torch.ones(2, 3), "net")
+    assert torch.equal(state, torch.random.get_rng_state()) and not net.training
+    assert all(torch.equal(a, b) and p.grad is None for a, b, p in zip(before, before, net.parameters()))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "kill -9"])
+def test_a_reproduction_that_dies_takes_its_pool_kernel_and_tracker_with_it(stop):
+    """Issue 47 group 5: kill -9 or SIGTERM of `python -m fedcompanion.reproduce` left the kernel and the pool's
+    resource tracker running 33 s later, and the kernel wrote its summary after the reproduction died."""
+    import subprocess
+    import sys
+    import time
+
+    from fedcompanion.processes import descendants
+    from fedcompanion.reproduce import ROOT
+
+    summary = ROOT / "build" / "smoke-results" / "summaries" / "fedvra--04_against_baselines.json"
+    launcher = subprocess.Popen([sys.executable, "-m", "fedcompanion.reproduce", "--profile", "smoke", "--only",
+                                 "fedvra/04"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+
+    def kernel_started():
+        for pid in descendants([launcher.pid]):
+            try:
+                if b"ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass
+        return False
+
+    while not kernel_started():
+        assert time.monotonic() < deadline and launcher.poll() is None, "the kernel never started"
+        time.sleep(0.2)
+    time.sleep(3)  # the kernel is computing the notebook
+    tree = descendants([launcher.pid]) - {launcher.pid}
+    assert len(tree) >= 3  # the watchdog, the pool's worker and tracker, the kernel
+    launcher.send_signal(stop)
+    launcher.wait(timeout=30)
+    killed = time.time()
+
+    def alive():
+        out = []
+        for pid in tree:
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    deadline = time.monotonic() + 10
+    while alive():
+        assert time.monotonic() < deadline, f"still running 10 s after the launcher died: {alive()}"
+        time.sleep(0.2)
+    time.sleep(2)
+    assert not summary.exists() or summary.stat().st_mtime < killed

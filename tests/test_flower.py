@@ -18,7 +18,8 @@ pytest.importorskip("flwr")
 from fedcompanion.experiments import ExperimentConfig, load_result, run_config  # noqa: E402
 from fedcompanion.flower import simulate  # noqa: E402
 from fedcompanion.flower.core import client_step  # noqa: E402
-from fedcompanion.flower.loopback import Federation, _descendants  # noqa: E402
+from fedcompanion.flower.loopback import Federation  # noqa: E402
+from fedcompanion.processes import descendants  # noqa: E402
 
 pytestmark = pytest.mark.flower
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def test_stopping_the_loopback_script_stops_every_flower_process_and_frees_its_p
     groups = [int(g) for g in (work / "process-groups").read_text().split()]
     port = int(re.search(r"127\.0\.0\.1:(\d+)", (work / "flwr" / "config.toml").read_text())[1])
     time.sleep(3)  # the SuperExec and app processes the SuperLink and SuperNodes start
-    started = _descendants(groups)
+    started = descendants(groups)
     assert len(groups) >= 3 and len(started) > len(groups)
     script.send_signal(stop)
     script.wait(timeout=30)

@@ -58,3 +58,22 @@ def test_an_extended_grid_stays_on_the_default_s_log_steps():
     assert _extend([0.0316, 0.1, 0.316], -1, 0.1) == [0.01, 0.0316, 0.1, 0.316]
     assert _extend([0.01, 0.0316, 0.1], -1, 0.0316) == [0.00316, 0.01, 0.0316, 0.1]
     assert _extend(log_grid(1e-3), 1, 1e-3) == [1e-4, 0.000316, 1e-3, 0.00316, 1e-2, 0.0316]
+
+
+def test_tuning_seeds_and_grids_are_refused_by_name_before_any_run(tmp_path):
+    """Issue 47: tuning seeds [0, 0] and a grid repeating a value at 3 significant digits crashed deep in pandas."""
+    with pytest.raises(ConfigError, match="more than once"):
+        tune({"FedAvg": Spec(make, {"server_lr": [0.1, 1.0]}, {"server_lr": 1.0})}, [0, 0], neg_loss, tmp_path)
+    with pytest.raises(ConfigError, match="FedAvg server_lr .* repeats the value"):
+        tune({"FedAvg": Spec(make, {"server_lr": [0.1, 0.1001, 1.0]}, {"server_lr": 1.0})}, [0, 1], neg_loss,
+             tmp_path)
+    with pytest.raises(ConfigError, match="increasing"):
+        tune({"FedAvg": Spec(make, {"server_lr": [1.0, 0.1]}, {"server_lr": 1.0})}, [0, 1], neg_loss, tmp_path)
+    assert not any(tmp_path.iterdir())  # refused before a run was stored
+
+
+def test_a_score_naming_an_unrecorded_metric_is_named_not_called_divergence(tmp_path):
+    """Issue 47: every run finished, but the score read a metric none recorded: "every setting diverged" was wrong."""
+    with pytest.raises(ConfigError, match=r"no value for 4 finished run.*They record \[.*'train_loss'"):
+        tune({"FedAvg": Spec(make, {"server_lr": [0.1, 1.0]}, {"server_lr": 1.0})}, [0, 1],
+             final_score("no_such_metric"), tmp_path)

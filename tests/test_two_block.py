@@ -181,3 +181,14 @@ def test_no_pseudo_labels_before_start_round():
               eval_every=3, per_client_metrics=False)
     late = fc.run(task, fc.make("two_block", tau=0.5, inner="fedavg", start_round=3), **kw)
     assert torch.equal(late.params, fc.run(task, fc.make("fedavg"), **kw).params)
+
+
+def test_the_shipped_qsar_data_makes_a_semi_supervised_task():
+    """Issue 47: QSAR's classes are stored as floats, and were used as indices (IndexError)."""
+    task = fc.tasks.semi_supervised_task("qsar", num_clients=10, alpha=1.0, labelled_fraction=0.2, seed=0)
+    labelled = task.y_all.sum(1) > 0
+    assert task.labels.dtype == torch.int64 and set(task.labels.tolist()) == {0, 1}
+    assert bool((task.y_all[labelled].argmax(1) == task.labels[labelled]).all())
+    result = fc.run(task, fc.make("two_block", tau=0.5), rounds=2, clients_per_round=5, seed=0, lr=0.1,
+                    local=fc.LocalWork(steps=2))
+    assert result.status == "ok"

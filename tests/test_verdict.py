@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedcompanion.report import Claim, load_summaries
-from fedcompanion.verdict import MIN_SEEDS, against, decide, explain, identity, paired, untestable
+from fedcompanion.verdict import MIN_SEEDS, against, decide, explain, identity, paired, untestable, words
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -31,10 +31,17 @@ def test_the_direction_decides_the_sign():
     assert paired("s", "q", "loss", "higher", values, base, range(5)).word() == "does not reproduce"
 
 
-def test_an_interval_containing_zero_is_a_tie_and_not_worse_holds_on_a_tie():
+def test_an_interval_containing_zero_is_a_tie_and_not_worse_needs_its_declared_margin():
+    """Issue 43: "not worse" held on any tie with no margin, so it passed whenever the test lacked power."""
     e = paired("s", "q", "std", "lower", [1.0, 2.0, 3.0, 2.0, 2.0], [2.0, 1.0, 2.5, 2.5, 2.0], range(5))
-    assert e.word() == "tie" and not e.holds()
-    assert dataclasses.replace(e, holds_if="not worse").holds()
+    assert e.word() == "tie" and not e.holds()  # d = [1, -1, -0.5, 0.5, 0]: interval [-0.98, +0.98]
+    with pytest.raises(ValueError, match="non-inferiority margin"):
+        dataclasses.replace(e, holds_if="not worse")
+    assert not dataclasses.replace(e, holds_if="not worse", margin=0.5).holds()  # -0.98 < -0.5: a tie
+    assert dataclasses.replace(e, holds_if="not worse", margin=1.0).holds()  # above -1
+    assert dataclasses.replace(e, holds_if="not worse", margin=1.0).stats()["p"] < 0.05
+    worse = paired("s", "q", "std", "lower", [3.0, 3.1, 3.0, 3.2, 3.0], [1.0] * 5, range(5), "not worse", 0.5)
+    assert worse.word() == "does not reproduce"
 
 
 def test_one_seed_tells_nothing_apart_unless_the_run_is_exact():
@@ -53,13 +60,63 @@ def test_identity_and_untestable():
     assert decide([untestable("s", "rate", "the window is too short")]) == "not testable here"
 
 
+def test_a_divergence_is_an_outcome_decided_by_the_sign_test_never_an_infinite_effect():
+    """Issue 43: one seed where only the baseline diverged made the effect +inf and the item "reproduces", although
+    the method was worse by 0.05 on the other four seeds."""
+    e = paired("s", "q", "accuracy", "higher", [0.80, 0.80, 0.80, 0.80, 0.80], [0.85, 0.85, 0.85, 0.85, -math.inf],
+               range(5))
+    s = e.stats()
+    assert math.isfinite(s["effect"]) and s["effect"] == pytest.approx(-0.05) and e.test == "sign"
+    assert (s["wins"], s["losses"]) == (1, 4) and s["p"] == pytest.approx(0.375)  # 2 * (1 + 5) / 32
+    assert e.word() == "tie" and e.diverged == {"method": [], "baseline": [4], "both": []}
+    assert "the baseline diverged on 1 of 5 seeds" in e.describe() and "inf" not in e.describe()
+    # 8 seeds: the method wins all 6 it finished against a baseline that diverged twice: p = 2 / 256
+    many = paired("s", "q", "loss", "lower", [1.0] * 8, [2.0] * 6 + [math.inf] * 2, range(8))
+    assert many.test == "sign" and many.stats()["p"] == pytest.approx(2 / 256) and many.word() == "reproduces"
+    lost = paired("s", "q", "loss", "lower", [math.inf] * 2 + [3.0] * 6, [2.0] * 8, range(8))
+    assert lost.word() == "does not reproduce"  # a divergence counts as a loss
+
+
+def test_a_threshold_item_is_judged_seed_by_seed():
+    """Issue 43: every seed passed the threshold but a floor value widened the t interval: the item came out tie."""
+    floor = against("s", "stationarity", "log10 ||grad||^2", "lower", [-8.1, -8.1, -8.1, -8.1, -38.0], -8.0,
+                    range(5))
+    assert floor.stats()["low"] < 0  # the t interval (the old rule) contains 0: one very favourable seed widens it
+    assert floor.test == "threshold" and floor.stats()["passes"] == 5 and floor.word() == "reproduces"
+    split = against("s", "ratio", "variance ratio", "lower", [0.5, 0.6, 1.2, 0.4, 0.5], 1.0, range(5))
+    assert split.word() == "tie" and "4 of 5 seeds pass" in split.describe()
+    assert dataclasses.replace(split, share=0.8).word() == "reproduces"
+    assert against("s", "ratio", "variance ratio", "lower", [1.5] * 5, 1.0, range(5)).word() == "does not reproduce"
+    diverged = against("s", "ratio", "variance ratio", "lower", [0.5] * 4 + [math.inf], 1.0, range(5))
+    assert diverged.word() == "tie"  # the diverged seed fails
+
+
+def test_holm_adjusts_the_items_of_a_claim_together():
+    """Issue 43: 8-16 items at 95% each make one chance reversal likely. Three items with p = 6e-5, 0.044 and 0.045
+    alone all reproduce; Holm keeps the first (<= 0.05/3) and stops at the second (0.044 > 0.05/2)."""
+    def item(name, d):
+        return paired(name, "x vs y", "m", "higher", [1 + x for x in d], [1.0] * len(d), range(len(d)))
+
+    strong = item("A", [0.3, 0.35, 0.25, 0.32, 0.28])
+    weak = item("B", [0.1, 0.4, 0.05, 0.3, 0.12])
+    weaker = item("C", [0.1, 0.5, 0.05, 0.3, 0.2])
+    ps = [e.stats()["p"] for e in (strong, weak, weaker)]
+    assert ps[0] <= 0.05 / 3 and 0.05 / 2 < ps[1] < ps[2] < 0.05, ps
+    assert [e.word() for e in (strong, weak, weaker)] == ["reproduces"] * 3
+    assert words([strong, weak, weaker]) == ["reproduces", "tie", "tie"]
+    assert decide([strong, weak, weaker]) == "partly"
+    assert explain([strong, weak, weaker]).startswith("1 of 3 items hold; ")
+    assert "(a tie after Holm's adjustment)" in explain([strong, weak, weaker])
+    assert decide([strong, weak]) == "reproduces"  # 0.044 <= 0.05 / 1 at the second step
+
+
 def test_claim_level_combination_names_the_settings():
     up = paired("A", "x vs y", "m", "higher", [2, 3, 2, 3, 2], [1, 1, 1, 1, 1], range(5))
     down = paired("B", "x vs y", "m", "higher", [0, 0, 0, 0, 0.1], [1, 1, 1, 1, 1], range(5))
     tie = paired("C", "x vs y", "m", "higher", [1, 2, 0, 1, 1], [1, 1, 1, 1, 1], range(5))
     assert decide([up, up]) == "reproduces" and decide([up], reconstruction=True) == "holds (our reconstruction)"
     assert decide([up, down]) == "partly" and decide([down, tie]) == "does not reproduce" and decide([tie]) == "tie"
-    assert explain([up, down, tie]) == "holds: A: x vs y; tie: C: x vs y; reversed: B: x vs y"
+    assert explain([up, down, tie]) == "1 of 3 items hold; holds: A: x vs y; tie: C: x vs y; reversed: B: x vs y"
     assert explain([up, up]) == "all 2 items hold" and explain([tie]) == "the item is a tie"
 
 
@@ -86,7 +143,7 @@ def test_flipping_the_sign_of_every_committed_effect_flips_the_word():
             for e in seeded:
                 word = e.word()
                 opposite = {"reproduces": "does not reproduce", "does not reproduce": "reproduces"}.get(word, word)
-                if math.isfinite(e.stats()["effect"]):
+                if math.isfinite(e.stats()["effect"]) and e.holds_if == "better":  # a margin is one-sided
                     assert _flipped(e).word() == opposite, (claim.id, e.describe())
                     flipped_any |= word != opposite
             before = claim.verdict
@@ -103,3 +160,12 @@ def test_committed_comparative_claims_use_enough_seeds():
             for e in claim.evidence:
                 if e.kind == "paired" and not e.deterministic:
                     assert e.n >= MIN_SEEDS, (claim.id, e.describe())
+
+
+def test_a_seed_on_which_both_diverged_compares_nothing():
+    """Issue 47: inf - inf is no missing run; the seeds both finished decide."""
+    e = paired("s", "q", "m", "higher", [1.0, 1.1, 1.2, -math.inf], [0.0, 0.1, 0.1, -math.inf], range(4))
+    assert e.n == 3 and e.both_diverged == [3] and e.word() == "reproduces"
+    assert math.isfinite(e.stats()["effect"])
+    nothing = paired("s", "q", "m", "lower", [math.inf] * 2, [math.inf] * 2, range(2))
+    assert nothing.word() == "tie" and "nothing compared" in nothing.describe()

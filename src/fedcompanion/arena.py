@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .experiments import ExperimentConfig, Spec, log_grid, mean_score, per_seed_evidence, sweep, tune
-from .validation import ConfigError, check_number
+from .validation import ConfigError, check_number, check_seeds
 from .verdict import t_interval
 
 
@@ -111,10 +111,10 @@ class Plan:
             check_number(f"arena plan {name}", getattr(self, name), low=1, integer=True)
         check_number("arena plan points", self.points, low=2, integer=True)
         check_number("arena plan decades", self.decades, low=0.0, low_open=True)
+        object.__setattr__(self, "seeds", check_seeds("arena plan seeds", self.seeds, least=2))
+        object.__setattr__(self, "tune_seeds", check_seeds("arena plan tune_seeds", self.tune_seeds, least=2))
         if set(self.seeds) & set(self.tune_seeds):
             raise ConfigError(f"tune_seeds {list(self.tune_seeds)} must be disjoint from seeds {list(self.seeds)}")
-        if len(self.seeds) < 2:
-            raise ConfigError(f"the arena needs at least 2 evaluation seeds for an interval, got {list(self.seeds)}")
 
 
 def check_names(tasks, methods, contenders: dict | None = None) -> tuple[list[str], list[str]]:
@@ -194,9 +194,10 @@ def ranking(table: pd.DataFrame, task: ArenaTask, seeds) -> pd.DataFrame:
         return [float(s.get(seed, math.nan)) if np.isfinite(s.get(seed, math.nan)) else worst[column]
                 for seed in seeds]
 
-    def order(column):
+    def order(column):  # the fewest diverged seeds first, then the mean over the seeds that finished
         sign = 1 if better[column] == "higher" else -1
-        return sorted(methods, key=lambda m: (-sign * _mean(values(m, column)), m))
+        finite = {m: [x for x in values(m, column) if math.isfinite(x)] for m in methods}
+        return sorted(methods, key=lambda m: (len(seeds) - len(finite[m]), -sign * _mean(finite[m] or [0.0]), m))
 
     methods = list(dict.fromkeys(table.index.get_level_values(0)))
     words = {"reproduces": "worse", "tie": "tie", "does not reproduce": "better"}

@@ -28,6 +28,7 @@ import itertools
 import sys
 from pathlib import Path
 
+from .atomic import DamagedFile
 from .logs import configure as configure_logging
 from .validation import ConfigError
 
@@ -101,6 +102,9 @@ def configs_from(data, source: str = "the config file") -> list:
     return configs
 
 
+MAX_YAML_DEPTH = 32  # nesting an experiment file may use (a sweep of grids of settings needs about 4)
+
+
 def cmd_run(args) -> int:
     """``fedcompanion run``: a YAML experiment or sweep, run (cached), then one line per run."""
     import yaml
@@ -112,9 +116,15 @@ def cmd_run(args) -> int:
         raise ConfigError(f"config file {path} does not exist")
     text = path.read_text()
     try:
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
-            raise ConfigError(f"{path} uses a YAML alias (*name); write each value out (aliases can nest into a "
-                              "document that no machine can hold)")
+        depth = 0
+        for event in yaml.parse(text):  # the event stream: no recursion, however deep the document
+            if isinstance(event, yaml.AliasEvent):
+                raise ConfigError(f"{path} uses a YAML alias (*name); write each value out (aliases can nest into "
+                                  "a document that no machine can hold)")
+            depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+            if depth > MAX_YAML_DEPTH:
+                raise ConfigError(f"{path} nests lists or mappings more than {MAX_YAML_DEPTH} deep (line "
+                                  f"{event.start_mark.line + 1}); an experiment needs about 4")
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
@@ -233,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"run": cmd_run, "list": cmd_list, "report": cmd_report, "arena": cmd_arena}[args.command](args)
-    except ConfigError as exc:
+    except (ConfigError, DamagedFile) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -6,7 +6,8 @@ a node: a function, a class (its methods included), an assignment, an import. It
 :class:`~fedcompanion.registry.Registry`, whose entries a run reaches through its config. It *reads* the module-level
 names its body mentions (``name`` and ``name.attribute``, the latter resolved inside a module it names), and
 *imports* what its function bodies import. A script's ``if __name__ == "__main__":`` block and docstrings are no
-nodes: no run executes them.
+nodes: no run executes them; nor are error messages (``raise E(message)``, ``assert test, message``): a reworded
+message changes no number.
 """
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ from pathlib import Path
 
 
 def normalised(tree: ast.AST) -> str:
-    """The syntax tree as text, without docstrings and source positions."""
+    """The syntax tree as text, without docstrings, source positions and the messages of ``raise`` and ``assert``
+    (a reworded error changes no number; the exception's type and where it is raised stay in the text)."""
     for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            node.exc.args, node.exc.keywords = [], []
+        elif isinstance(node, ast.Assert):
+            node.msg = None
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \

@@ -4,24 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .verdict import words
+
 
 def forest_rows(summaries, papers) -> list[dict]:
     """One row per seeded evidence item (exact, single-value items are left out: they have no interval): the claim,
     its setting, question and metric, the effect relative to the baseline's magnitude with its 95% interval, n and
-    the item's word (the forest plot's data), paper by paper in the order of ``papers``."""
+    the item's word within its claim (:func:`~fedcompanion.verdict.words`; the forest plot's data), paper by paper
+    in the order of ``papers``."""
     rows = []
     for paper in papers:
         for s in summaries:
             for c in s.claims:
                 if c.paper != paper:
                     continue
-                for e in c.evidence:
+                for e, word in zip(c.evidence, words(c.evidence)):
                     if e.kind not in ("paired", "against") or e.deterministic or e.n < 2:
                         continue
                     st = e.stats()
                     rows.append({"claim": c.id, "label": f"{c.id} | {e.setting}: {e.question} [{e.metric}]",
-                                 "word": e.word(),
-                                 "holds": e.holds(), "n": st["n"], "effect": st["relative"],
+                                 "word": word,
+                                 "holds": word == "reproduces", "n": st["n"], "effect": st["relative"],
                                  "low": st.get("relative_low", float("nan")),
                                  "high": st.get("relative_high", float("nan"))})
     return rows

@@ -5,6 +5,8 @@ the module is called through ``torch.func.functional_call``.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -98,6 +100,13 @@ def check_model(model: nn.Module, what: str) -> None:
     if not params:
         raise ConfigError(f"{what}: the model has no parameters to train")
     for name, p in params:
+        if p.is_complex():
+            raise ConfigError(f"{what}: parameter {name!r} is {p.dtype}; the engines train real parameters (a "
+                              "complex one would lose its imaginary part): store its real and imaginary parts as two "
+                              "real parameters")
+        if p.dim() == 0:
+            raise ConfigError(f"{what}: parameter {name!r} is 0-d (a scalar); give it shape (1,) so that it has a "
+                              "row in the flat parameter vector")
         if not p.is_floating_point():
             raise ConfigError(f"{what}: parameter {name!r} is {p.dtype}; every parameter must be floating point")
         if not p.requires_grad:
@@ -114,3 +123,43 @@ def check_model(model: nn.Module, what: str) -> None:
         if isinstance(layer, nn.modules.instancenorm._InstanceNorm) and layer.track_running_stats:
             raise ConfigError(f"{what}: layer {name!r} ({type(layer).__name__}) keeps running statistics, which "
                               "the engines do not keep per client; use track_running_stats=False")
+
+
+def check_repeatable(model: nn.Module, x: torch.Tensor, what: str) -> None:
+    r"""The determinism contract: a model is accepted only if two forward-backward passes (training mode) from the
+    same parameters on the same rows ``x`` give bit-identical outputs and gradients, draw nothing from torch's global
+    generator and leave every buffer unchanged. A same config and seed then give the same run; a model that draws
+    noise (``RReLU``, ``F.dropout(training=True)``, ``torch.randn_like``, an attention or a recurrent layer's dropout)
+    or counts in a buffer is refused by name. The passes run on a copy: ``model`` is not touched."""
+    from .validation import ConfigError
+
+    def one_pass(net):
+        net.zero_grad(set_to_none=True)
+        state = torch.random.get_rng_state()
+        out = net(x)
+        drew = not torch.equal(state, torch.random.get_rng_state())
+        torch.random.set_rng_state(state)
+        if not isinstance(out, torch.Tensor):
+            return None, None, drew
+        out.float().square().sum().backward()
+        grads = [p.grad.clone() if p.grad is not None else None for p in net.parameters()]
+        return out.detach().clone(), grads, drew
+
+    net = copy.deepcopy(model).train()
+    buffers = {name: b.clone() for name, b in net.named_buffers()}
+    first, grads, drew = one_pass(net)
+    if first is None:
+        return  # not a tensor: the caller names it
+    second, grads2, drew2 = one_pass(net)
+    changed = [name for name, b in net.named_buffers() if name not in buffers or not torch.equal(b, buffers[name])]
+    if drew or drew2:
+        raise ConfigError(f"{what}: the model draws from torch's global generator in its forward pass (a random "
+                          "layer, dropout or noise), so a seed would not repeat a run; remove the randomness")
+    if changed:
+        raise ConfigError(f"{what}: the model's forward pass changes its buffer(s) {changed}; the engines do not "
+                          "keep buffers per client and a run would depend on how often the model was called")
+    same_grads = all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+                     for a, b in zip(grads, grads2))
+    if not torch.equal(first, second) or not same_grads:
+        raise ConfigError(f"{what}: two forward-backward passes from the same parameters on the same rows differ; "
+                          "the engines need a model whose outputs and gradients repeat exactly")

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .atomic import write_atomic
+from .atomic import DamagedFile, read_json, write_atomic
+from .atomic import field as _field
 from .forest import FOREST, write_forest
+from .validation import ConfigError
 from .verdict import VERDICTS, Evidence, decide, explain, from_dict
 
 PAPERS = {
@@ -87,6 +90,9 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
            diverged: list[dict] | None = None, runs: int = 0, checks: dict | None = None) -> Path:
     """Write a notebook's summary (atomically) and return its path. ``checks`` holds facts the tests read back
     from the committed results (e.g. where each tuned value lies in its grid)."""
+    if not notebook or notebook.startswith("_"):
+        raise ValueError(f"record: notebook {notebook!r} must be a notebook's name; names starting with _ are the "
+                         "reproduction's bookkeeping files (_timings, _history)")
     summary = Summary(notebook, title, profile, claims, diverged or [], runs, checks or {})
     folder = summaries_dir(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,21 +103,55 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
 def load_summaries(results_dir: str | Path) -> list[Summary]:
     """Every notebook's summary in ``results_dir`` (files starting with _ are bookkeeping, not summaries)."""
     folder = summaries_dir(results_dir)
-    out = []
-    for path in sorted(folder.glob("*.json")):
-        if path.name.startswith("_"):
-            continue
-        data = json.loads(path.read_text())
-        data["claims"] = [Claim(**c) for c in data["claims"]]
-        out.append(Summary(**data))
-    return out
+    return [read_summary(path) for path in sorted(folder.glob("*.json")) if not path.name.startswith("_")]
+
+
+_CLAIM_FIELDS = {"id": (str,), "paper": (str,), "claim": (str,), "figures": (list,), "evidence": (list,),
+                 "numbers": (str,), "settings": (str,), "deviations": (str,), "reconstruction": (bool,)}
+_TUNED_FIELDS = {"default": (dict,), "default_score": (float,), "value": (dict,), "score": (float,),
+                 "at_edge": (list,), "grid": (dict,)}
+
+
+def read_summary(path: Path) -> Summary:
+    """One notebook's summary, every field the report reads checked (:class:`~fedcompanion.atomic.DamagedFile`
+    names the file and the field)."""
+    data = read_json(path, "notebook summary")
+    for name, kinds in (("notebook", (str,)), ("title", (str,)), ("profile", (str,)), ("claims", (list,)),
+                        ("diverged", (list,)), ("runs", (int,)), ("checks", (dict,))):
+        _field(data, name, kinds, path, default=None if name in ("diverged", "runs", "checks") else ...)
+    unknown = sorted(set(data) - {f.name for f in Summary.__dataclass_fields__.values()})
+    if unknown:
+        raise DamagedFile(f"{path}: unknown field(s) {unknown} in a notebook summary")
+    claims = []
+    for i, c in enumerate(data["claims"]):
+        where = f"claims[{i}]"
+        for name, kinds in _CLAIM_FIELDS.items():
+            _field(c, name, kinds, path, where=where, default=None if name not in ("id", "paper", "evidence") else ...)
+        try:
+            claims.append(Claim(**c))
+        except (TypeError, ValueError) as exc:
+            raise DamagedFile(f"{path}: {where} (claim {c.get('id')!r}) is not a claim the rule can read: {exc}") \
+                from None
+    for method, t in (data.get("checks") or {}).get("tuned", {}).items():
+        if isinstance(t, dict) and "default" in t:
+            for name, kinds in _TUNED_FIELDS.items():
+                _field(t, name, kinds, path, where=f"checks.tuned.{method}")
+    return Summary(**{**data, "claims": claims})
 
 
 def read_timings(results_dir: str | Path) -> dict:
     """``_timings.json``: the machine, each notebook's wall time and (after a full reproduction) its elapsed
     time and how many notebooks ran at once."""
     path = summaries_dir(results_dir) / "_timings.json"
-    return json.loads(path.read_text()) if path.exists() else {"notebooks": {}, "machine": "?"}
+    if not path.exists():
+        return {"notebooks": {}, "machine": "?"}
+    data = read_json(path, "timings file")
+    _field(data, "machine", (str,), path, default="?")
+    for name in _field(data, "notebooks", (dict,), path, default={}):
+        _field(data["notebooks"], name, (float,), path, where="notebooks")
+    _field(data, "elapsed", (float, type(None)), path, default=None)
+    _field(data, "parallel", (int, type(None)), path, default=None)
+    return data
 
 
 def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed: float | None = None,
@@ -193,7 +233,7 @@ def provenance(results_dir: str | Path) -> dict[tuple[str, str, str], int]:
     """How many cached runs each numerical platform computed: (CPU, kernels and BLAS, torch) -> runs."""
     counts: dict[tuple[str, str, str], int] = {}
     for path in sorted(Path(results_dir).glob("*.json")):
-        p = json.loads(path.read_text()).get("platform") or {}
+        p = _field(read_json(path, "run record"), "platform", (dict, type(None)), path, default=None) or {}
         key = (p.get("cpu", "?"), f"{p.get('cpu_capability', '?')}, {p.get('blas', '?')}", p.get("torch", "?"))
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
@@ -203,7 +243,14 @@ def read_history(results_dir: str | Path) -> dict:
     """``_history.json``: earlier verdict words by claim id (``{"from": ..., "claims": {id: {"previous": word,
     "why": sentence}}}``): what the report's history section sets beside the current words."""
     path = summaries_dir(results_dir) / "_history.json"
-    return json.loads(path.read_text()) if path.exists() else {"claims": {}}
+    if not path.exists():
+        return {"claims": {}}
+    data = read_json(path, "verdict history")
+    _field(data, "from", (str,), path, default="earlier")
+    for claim, entry in _field(data, "claims", (dict,), path).items():
+        _field(entry, "previous", (str,), path, where=f"claims.{claim}")
+        _field(entry, "why", (str,), path, where=f"claims.{claim}", default="")
+    return data
 
 
 def render(results_dir: str | Path = "results") -> str:
@@ -290,6 +337,13 @@ def update_readme(readme: Path, results_dir: str | Path) -> bool:
     return new != text
 
 
+def orphans(summaries: list[Summary], folder: Path = ROOT / "notebooks") -> list[tuple[str, int]]:
+    """(name, claims) of each summary whose notebook is not in ``folder`` (a part, ``92_arena-qsar``, belongs to
+    ``92_arena``): what a renamed notebook leaves behind."""
+    return [(s.notebook, len(s.claims)) for s in summaries
+            if not (folder / f"{s.notebook.split('-')[0]}.ipynb").exists()]
+
+
 class NoSummaries(FileNotFoundError):
     """The results folder holds no notebook summaries: there is nothing to report (and nothing is written)."""
 
@@ -299,9 +353,17 @@ def write_report(results_dir: str | Path = ROOT / "results", output: Path = ROOT
     """Write REPRODUCTION.md, its forest plot (in ``figures``, by default ``figures/`` beside the report) and
     README's claims table from the summaries in ``results_dir``, each file atomically; raises
     :class:`NoSummaries` (writing nothing) where there are none."""
+    if Path(output).exists() and README_START in Path(output).read_text(encoding="utf-8", errors="replace"):
+        raise ConfigError(f"{output} holds README's claims table (a front page, not a report): the report would "
+                          "replace it; write the report elsewhere (--output REPRODUCTION.md) and let --readme "
+                          "update the table")
     if not load_summaries(results_dir):
         raise NoSummaries(f"no notebook summaries in {summaries_dir(results_dir)}: run the notebooks "
                           "(make reproduce) first, or point --results at a results folder")
+    for summary, claims in orphans(load_summaries(results_dir)):
+        logging.getLogger(__name__).warning(
+            "%s: notebook %r is not under notebooks/ (renamed or removed?): its %d claim(s) are in the report; "
+            "delete the summary if it is stale", summaries_dir(results_dir), summary, claims)
     write_atomic(output, render(results_dir))
     write_forest(load_summaries(results_dir), Path(figures) if figures else Path(output).parent / "figures", PAPERS)
     if readme is not None and readme.exists() and README_START in readme.read_text():

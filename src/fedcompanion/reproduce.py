@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+
+from .processes import stop_children, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read as a kernel starts
@@ -49,14 +52,28 @@ PART_IN_REPRODUCE = {"92_arena": ("92_arena-qsar", {"tasks": ["qsar"]})}
 
 
 def selected(only: str | list[str], profile: str, folder: Path = ROOT / "notebooks") -> list[Path]:
-    """The notebooks a reproduction executes: those whose path contains ``only`` (or one of several); without
+    """The notebooks a reproduction executes: those ``only`` names (one text or several, see :func:`names`); without
     ``only`` at the paper profile, every notebook but those of :data:`OWN_TARGET` (save the parts of
     :data:`PART_IN_REPRODUCE`)."""
-    only = [only] if isinstance(only, str) and only else list(only or [])
+    only = ([only] if only else []) if isinstance(only, str) else list(only or [])  # "" (the API's default): none
+    if any(not str(text).strip("/ ") for text in only):
+        raise ValueError(f"--only needs a notebook's name or folder, got {only!r} (an empty text would select all)")
     if only:
-        return [nb for nb in notebooks(folder) if any(text in str(nb) for text in only)]
+        return [nb for nb in notebooks(folder) if any(names(text, nb, folder) for text in only)]
     return [nb for nb in notebooks(folder) if profile != "paper" or nb.stem in PART_IN_REPRODUCE
             or not any(nb.stem.startswith(k) for k in OWN_TARGET)]
+
+
+def names(text: str, notebook: Path, folder: Path = ROOT / "notebooks") -> bool:
+    """Whether ``--only text`` names ``notebook``: its path under ``notebooks/`` (``fedvra/04``, ``fedvra``) or its
+    file name (``04_against``, ``92_arena``) starts with ``text``. A folder does not name the notebooks that have a
+    make target of their own (:data:`OWN_TARGET`): ``--only fedvra`` runs the FedVRA notebooks of `make reproduce`,
+    ``--only fedvra/07`` runs the arena's robustness notebook."""
+    text = text.strip().strip("/")
+    relative = notebook.relative_to(folder).with_suffix("").as_posix()
+    if not (relative.startswith(text) or notebook.stem.startswith(text)):
+        return False
+    return notebook.stem not in OWN_TARGET or not (folder / text).is_dir()
 
 
 def part(notebook: Path, profile: str, only) -> tuple[str, dict] | None:
@@ -165,17 +182,53 @@ def from_empty_cache(results: Path) -> bool:
     return not any(is_current(meta) for meta in _stored(results))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fedcompanion.reproduce``: execute the notebooks, record their times, write the report."""
+def _stop_children_and_exit(signum, frame) -> None:
+    """SIGTERM, SIGHUP or SIGINT of a reproduction: its pool, kernels and their sweeps stop with it, at once (a
+    kernel left running would finish its notebook and write a summary after the reproduction died)."""
+    stop_children()
+    os._exit(128 + signum)
+
+
+def _execute_all(todo, runs, params, jobs, threads, parallel, out_dir, results, cold, failed) -> None:
+    """Execute the notebooks of ``todo`` in a pool of ``parallel`` processes, recording their wall times (from an
+    empty cache) and the failures in ``failed``."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
+    from .report import write_timings
+
+    with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
+        futures = {}
+        for nb in todo:
+            rel = nb.relative_to(ROOT / "notebooks")
+            name, selection = runs[nb]
+            given = notebook_parameters(nb, params | selection, jobs)
+            futures[pool.submit(_execute_timed, nb, out_dir / rel, given, parallel == 1, threads)] = rel, name
+        print(f"executing {len(todo)} notebooks, {parallel} at a time, {jobs} sweep process(es) each "
+              f"(profile={params['profile']})", flush=True)
+        for k, future in enumerate(as_completed(futures), 1):
+            rel, name = futures[future]
+            try:
+                seconds = future.result()
+            except Exception as error:  # the others go on; the reproduction fails at the end
+                failed.append(rel)
+                print(f"[{k}/{len(todo)}] {rel} FAILED: {str(error).strip().splitlines()[-1:]}", flush=True)
+                continue
+            if cold:
+                write_timings(results, {name: seconds})
+            print(f"[{k}/{len(todo)}] {rel}{f' ({name})' if name != str(rel.with_suffix('')) else ''} done in "
+                  f"{seconds:.0f} s", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedcompanion.reproduce``: execute the notebooks, record their times, write the report."""
     from .report import read_timings, write_report, write_timings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")
     parser.add_argument("--only", action="append", default=[],
-                        help="run only notebooks whose path contains this (repeat it for several)")
+                        help="run only the notebooks this names: a path under notebooks/ or a file name, or its "
+                             "beginning (repeat it for several)")
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
     parser.add_argument("--parallel", type=int, default=default_parallel(os.cpu_count() or 1),
                         help="notebooks executed at the same time, each with its share of the cores for its sweeps "
@@ -184,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.parallel < 1:
         print(f"error: --parallel must be >= 1, got {args.parallel}", file=sys.stderr)
         return 2
-    todo = selected(args.only, args.profile)
+    try:
+        todo = selected(args.only, args.profile)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if not todo:
         print(f"error: --only {' '.join(args.only)!r} matches no notebook under notebooks/", file=sys.stderr)
         return 2
@@ -204,27 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     threads = kernel_threads(parallel, os.cpu_count() or 1)
     jobs = sweep_jobs(parallel, os.cpu_count() or 1)
     start, failed = time.time(), []
-    with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
-        futures = {}
-        for nb in todo:
-            rel = nb.relative_to(ROOT / "notebooks")
-            name, selection = runs[nb]
-            given = notebook_parameters(nb, params | selection, jobs)
-            futures[pool.submit(_execute_timed, nb, out_dir / rel, given, parallel == 1, threads)] = rel, name
-        print(f"executing {len(todo)} notebooks, {parallel} at a time, {jobs} sweep process(es) each "
-              f"(profile={args.profile})", flush=True)
-        for k, future in enumerate(as_completed(futures), 1):
-            rel, name = futures[future]
-            try:
-                seconds = future.result()
-            except Exception as error:  # the others go on; the reproduction fails at the end
-                failed.append(rel)
-                print(f"[{k}/{len(todo)}] {rel} FAILED: {str(error).strip().splitlines()[-1:]}", flush=True)
-                continue
-            if cold:
-                write_timings(results, {name: seconds})
-            print(f"[{k}/{len(todo)}] {rel}{f' ({name})' if name != str(rel.with_suffix('')) else ''} done in "
-                  f"{seconds:.0f} s", flush=True)
+    watchdog = watch()  # kill -9 of this process: the watchdog stops the pool, the kernels and their sweeps
+    handlers = {stop: signal.signal(stop, _stop_children_and_exit)
+                for stop in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        _execute_all(todo, runs, params, jobs, threads, parallel, out_dir, results, cold, failed)
+    finally:
+        for stop, handler in handlers.items():
+            signal.signal(stop, handler)
+        watchdog.kill()
+        watchdog.wait()
     elapsed = time.time() - start
     if failed:
         print(f"error: {len(failed)} notebook(s) failed: {', '.join(map(str, failed))} (executed copies with the "

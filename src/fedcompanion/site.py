@@ -83,13 +83,26 @@ def for_readers(notebook: dict) -> dict:
     return notebook
 
 
+def _notebook(path: Path) -> dict:
+    """An executed notebook's JSON, checked as far as the site reads it (its cells' types and sources)."""
+    from .atomic import DamagedFile, field, read_json
+
+    nb = read_json(path, "executed notebook")
+    for i, cell in enumerate(field(nb, "cells", (list,), path)):
+        field(cell, "cell_type", (str,), path, where=f"cells[{i}]")
+        source = field(cell, "source", (list, str), path, where=f"cells[{i}]")
+        if isinstance(source, list) and not all(isinstance(line, str) for line in source):
+            raise DamagedFile(f"{path}: cells[{i}].source should be text lines")
+    return nb
+
+
 def figure_pages(notebooks: Path, figures: Path) -> dict[str, str]:
     """Each figure's name -> the page (a notebook path without suffix) whose code saves it: the code names it in
     quotes, or names its base for a part's figure (``arena_ranking-qsar``: ``"arena_ranking" + PART``)."""
     pages: dict[str, str] = {}
     names = [p.stem for p in sorted(figures.glob("*.png"))]
     for nb in sorted(notebooks.rglob("*.ipynb")):
-        code = "".join("".join(c["source"]) for c in json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        code = "".join("".join(c["source"]) for c in _notebook(nb)["cells"]
                        if c["cell_type"] == "code")
         for name in names:
             if re.search(rf"""["']{re.escape(name.split("-")[0])}["']""", code):
@@ -158,7 +171,7 @@ def assemble(source: Path, notebooks: Path | None = None, figures: Path = ROOT /
     for nb in ordered:
         target = source / "notebooks" / nb.relative_to(notebooks)
         target.parent.mkdir(parents=True, exist_ok=True)
-        adapted = for_readers(json.loads(nb.read_text(encoding="utf-8")))
+        adapted = for_readers(_notebook(nb))
         target.write_text(json.dumps(adapted, indent=1, ensure_ascii=False), encoding="utf-8")
     names = [nb.relative_to(notebooks).with_suffix("").as_posix() for nb in ordered]
     index = source / "index.md"

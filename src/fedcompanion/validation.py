@@ -63,3 +63,36 @@ def check_device(device) -> str:
     if kind not in ("cpu", "cuda"):
         raise ConfigError(f"device must be 'cpu' or 'cuda', got {device!r}")
     return str(device)
+
+
+def check_seeds(name: str, seeds, *, least: int = 1) -> tuple[int, ...]:
+    """Return ``seeds`` as a tuple if it holds at least ``least`` distinct integers >= 0; else raise. A seed listed
+    twice would be paired with itself (a zero-width interval from one seed), so repeats are refused, not dropped."""
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
+        raise ConfigError(f"{name} must be a list of integer seeds, got {short(seeds)}")
+    seeds = tuple(seeds)
+    for s in seeds:
+        check_number(f"{name} entry", s, low=0, integer=True)
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{name} {list(seeds)} lists seed(s) {repeated} more than once; each seed is one replicate")
+    if len(seeds) < least:
+        raise ConfigError(f"{name} needs at least {least} seeds, got {list(seeds)}")
+    return tuple(int(s) for s in seeds)
+
+
+def check_grid(name: str, values) -> list[float]:
+    """Return ``values`` as floats if they are finite, strictly increasing and distinct at 3 significant digits
+    (the precision settings are named and reported with); else raise naming ``name`` and the offending values."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ConfigError(f"grid {name} must be a list of numbers, got {short(values)}")
+    values = [float(check_number(f"grid {name} entry", v)) for v in values]
+    if not values:
+        raise ConfigError(f"grid {name} is empty")
+    shown = [f"{v:.3g}" for v in values]
+    same = sorted({s for s in shown if shown.count(s) > 1})
+    if same:
+        raise ConfigError(f"grid {name} {values} repeats the value(s) {same} at 3 significant digits")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise ConfigError(f"grid {name} must be increasing, got {values}")
+    return values

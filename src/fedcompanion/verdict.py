@@ -6,26 +6,37 @@ A claim declares its evidence, each item one setting and one question:
   metric and the direction the claim states. The per-seed differences are signed so that a positive effect is
   the claimed direction: ``d_s = sign * (method_s - baseline_s)``, ``sign = +1`` if higher is better, ``-1`` if
   lower is better.
-* :func:`against`: one method's per-seed values against a fixed reference (``d_s = sign * (value_s - reference)``),
-  e.g. a variance ratio against 1.
+* :func:`against`: one method's per-seed values against a fixed threshold (``d_s = sign * (value_s - reference)``),
+  e.g. a variance ratio against 1; or one exact value (``deterministic``: a computation with no seed).
 * :func:`identity`: an exact identity checked to a tolerance (``|deviation| <= tolerance``).
 * :func:`untestable`: a statement this machine cannot test, with the reason.
 
-For the seeded items the effect is the mean difference ``d = mean_s d_s`` with a 95% Student-t interval
-``d +- t_{0.975, n-1} * sd(d_s) / sqrt(n)`` and the paired two-sided t-test's p-value. The item's word:
+A run that diverged is stored as the worst value (``-inf`` where higher is better, ``+inf`` where lower is). It is
+an outcome of its own, never a number in a mean: the effect and its interval are over the seeds both sides
+finished, and the item says how many seeds diverged on each side. The item's word (``reproduces``, ``tie``, ``does
+not reproduce``):
 
-* ``reproduces``: the interval lies above 0 (the effect is in the claimed direction);
-* ``tie``: the interval contains 0 (the methods cannot be told apart on these seeds);
-* ``does not reproduce``: the interval lies below 0 (significantly the other way).
+* **paired, no divergence**: the 95% Student-t interval of ``mean_s d_s``: above 0: ``reproduces``; containing 0:
+  ``tie``; below 0: ``does not reproduce``. A **not worse** item (e.g. "with equivalent fairness") declares a
+  non-inferiority margin ``delta`` in the metric's units: it reproduces when the interval lies above ``-delta``,
+  does not when it lies below ``-delta``, and is a tie otherwise (a tie is no free pass).
+* **paired, a seed diverged on one side only**: the exact two-sided sign test over the seeds compared, each seed a
+  win (``d_s > 0``, or only the baseline diverged) or a loss (``d_s < 0``, or only the method diverged); a seed on
+  which both diverged compares nothing. Significant wins: ``reproduces``; significant losses: ``does not
+  reproduce``; else ``tie``. (At 5 seeds no sign test reaches 95%: a divergence makes the item a tie at best; its
+  count is reported.)
+* **against, seeded (a threshold)**: judged seed by seed; each seed passes (``d_s > 0``) or fails (``d_s <= 0``, or
+  the run diverged). It reproduces when at least the declared ``share`` of the seeds pass (all of them by default),
+  does not when at least that share fail, and is a tie when the seeds split.
+* **against, deterministic**: the one exact value against the reference.
+* one seed, not deterministic: a tie (nothing can be told apart).
 
-A ``not worse`` item (e.g. "with equivalent fairness") holds unless it is significantly worse: ``tie`` counts as
-holding there. A ``deterministic`` item (a computation with no seed, e.g. an iteration count on a fixed problem)
-has one value and its interval is that value.
-
-The claim's word combines its items: every item holds: ``reproduces``; none holds and at least one is reversed:
-``does not reproduce``; none holds and none is reversed: ``tie``; some hold and some do not: ``partly``, with the
-settings named in :func:`explain`. A reconstructed claim (the paper does not give the experiment) says ``holds (our
-reconstruction)`` instead of ``reproduces``.
+Items within a claim are adjusted for multiplicity: the items decided by a p-value (t or sign test) keep a
+significant word only if it survives Holm's step-down procedure at 5% over those items; one that does not becomes a
+tie. The claim's word combines its items: every item holds: ``reproduces``; none holds and at least one is reversed:
+``does not reproduce``; none holds and none is reversed: ``tie``; some hold and some do not: ``partly``, with ``k of
+n`` items and the settings named in :func:`explain`. A reconstructed claim (the paper does not give the experiment)
+says ``holds (our reconstruction)`` instead of ``reproduces``.
 """
 from __future__ import annotations
 
@@ -49,13 +60,15 @@ class Evidence:
         better: ``higher`` or ``lower`` (seeded kinds).
         values, baseline: per-seed values of the method and of the baseline (``paired``); for ``against``,
             ``baseline`` holds the reference once; for ``identity``, ``values`` holds the deviation. A run that
-            diverged is stored as the worst value (``-inf`` where higher is better, ``+inf`` where lower is):
-            a seed where only the baseline diverged then counts for the method, and the reverse against it.
+            diverged is stored as the worst value (``-inf`` where higher is better, ``+inf`` where lower is); a
+            missing run as NaN.
         seeds: the evaluation seeds, paired with ``values``.
-        holds_if: ``better`` (the claim says better) or ``not worse`` (equivalent or better).
+        holds_if: ``better`` (the claim says better) or ``not worse`` (equivalent or better, within ``margin``).
         tolerance: an identity's tolerance.
         deterministic: a single exact value (no seed to average over).
         reason: why it is not testable.
+        margin: a ``not worse`` item's non-inferiority margin, in the metric's units (required there).
+        share: a seeded ``against`` item's share of seeds that must pass (default: all).
     """
 
     kind: str
@@ -70,6 +83,8 @@ class Evidence:
     tolerance: float | None = None
     deterministic: bool = False
     reason: str = ""
+    margin: float | None = None
+    share: float = 1.0
 
     def __post_init__(self):
         if self.kind not in ("paired", "against", "identity", "untestable"):
@@ -90,80 +105,175 @@ class Evidence:
             raise ValueError(f"identity {self.question!r} needs one deviation and a tolerance")
         if self.kind == "identity" and not self.tolerance >= 0:
             raise ValueError(f"identity {self.question!r}: the tolerance must be >= 0, got {self.tolerance}")
+        if self.holds_if == "not worse" and (self.kind != "paired" or self.margin is None or not self.margin >= 0):
+            raise ValueError(f"not-worse evidence {self.question!r} needs paired values and a declared "
+                             f"non-inferiority margin >= 0 in the metric's units, got margin={self.margin!r}")
+        if self.holds_if == "better" and self.margin is not None:
+            raise ValueError(f"evidence {self.question!r}: a margin belongs to a not-worse item only")
+        if not 0 < self.share <= 1:
+            raise ValueError(f"evidence {self.question!r}: share must be in (0, 1], got {self.share!r}")
 
-    @property
-    def differences(self) -> list[float]:
-        """``d_s``: positive where the claimed direction holds."""
-        sign = 1.0 if self.better == "higher" else -1.0
+    # ------------------------------------------------------------------------------------------ seeds and outcomes
+    def _sides(self) -> list[tuple[int, float, float]]:
+        """(seed, method, baseline-or-reference) per seed."""
+        seeds = self.seeds or tuple(range(len(self.values)))
         if self.kind == "paired":
-            return [sign * (v - b) for v, b in zip(self.values, self.baseline)]
+            return list(zip(seeds, self.values, self.baseline))
         if self.kind == "against":
-            return [sign * (v - self.baseline[0]) for v in self.values]
+            return [(s, v, self.baseline[0]) for s, v in zip(seeds, self.values)]
         return []
 
     @property
+    def differences(self) -> list[float]:
+        """``d_s`` over the seeds both sides finished: positive where the claimed direction holds."""
+        sign = 1.0 if self.better == "higher" else -1.0
+        return [sign * (v - b) for _, v, b in self._sides() if math.isfinite(v) and math.isfinite(b)]
+
+    @property
+    def diverged(self) -> dict[str, list[int]]:
+        """The seeds on which only the method, only the baseline, or both diverged (a missing run, NaN, is none)."""
+        out: dict[str, list[int]] = {"method": [], "baseline": [], "both": []}
+        for s, v, b in self._sides():
+            m, r = math.isinf(v), math.isinf(b)
+            if m or r:
+                out["both" if m and r else "method" if m else "baseline"].append(s)
+        return out
+
+    @property
+    def both_diverged(self) -> list[int]:
+        """The seeds on which the method and the baseline both diverged: no comparison there."""
+        return self.diverged["both"]
+
+    @property
+    def missing(self) -> bool:
+        """A run is missing (NaN): the claim was not shown to hold there."""
+        return any(math.isnan(v) or math.isnan(b) for _, v, b in self._sides())
+
+    @property
     def n(self) -> int:
-        """The number of seeds (0 for an identity or an untestable item)."""
-        return len(self.values) if self.kind in ("paired", "against") else 0
+        """The seeds compared (0 for an identity or an untestable item; a seed on which both sides diverged is not
+        counted)."""
+        return len(self._sides()) - len(self.both_diverged) if self.kind in ("paired", "against") else 0
+
+    @property
+    def test(self) -> str:
+        """How the item is decided: ``identity``, ``untestable``, ``exact`` (one deterministic value), ``one seed``,
+        ``threshold`` (seed by seed), ``sign`` (a seed diverged on one side) or ``t``."""
+        if self.kind in ("identity", "untestable"):
+            return self.kind
+        if self.deterministic:
+            return "exact"
+        if self.kind == "against":
+            return "threshold"
+        if self.n < 2:
+            return "one seed"
+        return "sign" if self.diverged["method"] or self.diverged["baseline"] else "t"
 
     def stats(self) -> dict:
-        """``effect`` (mean of ``d_s``), ``low``/``high`` (95% t interval), ``p`` (paired t-test), ``n``,
+        """``effect`` (mean of ``d_s`` over the seeds both finished), ``low``/``high`` (its 95% t interval), ``p``
+        (the p-value the word rests on: the t-test of a mean of 0, or of ``-margin`` for a not-worse item; the sign
+        test; NaN where no test decides), ``n``, ``wins``/``losses`` (sign test), ``passes`` (threshold), and
         ``relative`` (the effect over the baseline's mean magnitude: the forest plot's scale)."""
-        d = self.differences
-        n = len(d)
-        if not n:
+        if self.kind not in ("paired", "against"):
             return {}
-        mean = sum(d) / n
-        scale = abs(sum(self.baseline) / len(self.baseline)) if self.baseline else 0.0
-        if any(not math.isfinite(x) for x in d):  # a diverged run (stored as the worst value) on one side
-            total = math.nan if any(math.isnan(x) for x in d) else sum(d)
-            return {"effect": total, "low": total, "high": total, "p": math.nan, "n": n, "relative": math.nan,
-                    "relative_low": math.nan, "relative_high": math.nan}
-        if self.deterministic or n == 1:
-            low = high = mean
-            p = 0.0 if mean != 0 else 1.0
-            if n == 1 and not self.deterministic:  # one seed gives no interval: nothing can be told apart
-                low, high, p = -math.inf, math.inf, math.nan
-        else:
-            _, low, high, p = t_interval(d)
-        relative = mean / scale if scale > 0 else math.nan
-        return {"effect": mean, "low": low, "high": high, "p": p, "n": n, "relative": relative,
-                "relative_low": low / scale if scale > 0 else math.nan,
-                "relative_high": high / scale if scale > 0 else math.nan}
+        d = self.differences
+        finite_base = [b for _, _, b in self._sides() if math.isfinite(b)]
+        scale = abs(sum(finite_base) / len(finite_base)) if finite_base else 0.0
+        out = {"n": self.n, "p": math.nan, "effect": math.nan, "low": math.nan, "high": math.nan}
+        if d:
+            mean = sum(d) / len(d)
+            out.update(effect=mean, low=mean, high=mean)
+            if len(d) >= 2 and not self.deterministic:
+                _, low, high, _ = t_interval(d)
+                out.update(low=low, high=high)
+            elif not self.deterministic:
+                out.update(low=-math.inf, high=math.inf)
+        test = self.test
+        if test == "t":
+            out["p"] = _t_p(d, -(self.margin or 0.0))
+        elif test == "sign":
+            wins = sum(x > 0 for x in d) + len(self.diverged["baseline"])
+            losses = sum(x < 0 for x in d) + len(self.diverged["method"])
+            out.update(wins=wins, losses=losses, p=sign_test(wins, losses))
+        elif test == "threshold":
+            out["passes"] = sum(x > 0 for x in d)
+        elif test == "exact" and d:
+            out["p"] = 0.0 if d[0] != 0 else 1.0
+        for key in ("effect", "low", "high"):
+            out[f"relative{'' if key == 'effect' else '_' + key}"] = out[key] / scale if scale > 0 else math.nan
+        return out
 
+    # ------------------------------------------------------------------------------------------------ the word
     def word(self) -> str:
-        """This item's word: ``reproduces``, ``tie``, ``does not reproduce`` or ``not testable here``."""
+        """This item's word on its own (before a claim's multiplicity adjustment, :func:`words`): ``reproduces``,
+        ``tie``, ``does not reproduce`` or ``not testable here``."""
         if self.kind == "untestable":
             return "not testable here"
         if self.kind == "identity":
             return "reproduces" if abs(self.values[0]) <= self.tolerance else "does not reproduce"
-        s = self.stats()
-        if math.isnan(s["effect"]):
+        if self.missing:
             return "does not reproduce"  # a missing run: the claim was not shown to hold there
-        if s["low"] > 0:
+        s, test = self.stats(), self.test
+        if self.n == 0:
+            return "tie"  # both sides diverged on every seed: nothing was compared
+        if test == "threshold":
+            need = math.ceil(self.share * self.n - 1e-9)
+            passes = s["passes"]
+            return "reproduces" if passes >= need else "does not reproduce" if self.n - passes >= need else "tie"
+        if test == "one seed":
+            return "tie"
+        if test == "sign":
+            if s["p"] < 1 - LEVEL:
+                return "reproduces" if s["wins"] > s["losses"] else "does not reproduce"
+            return "tie"
+        floor = -(self.margin or 0.0)
+        if s["low"] > floor:
             return "reproduces"
-        if s["high"] < 0:
+        if s["high"] < floor:
             return "does not reproduce"
         return "tie"
 
     def holds(self) -> bool:
-        """Whether this item supports the claim: it reproduces, or it ties where not worse suffices."""
-        w = self.word()
-        return w == "reproduces" or (self.holds_if == "not worse" and w == "tie")
+        """Whether this item, on its own, supports the claim (:func:`words` adjusts a claim's items together)."""
+        return self.word() == "reproduces"
 
     def describe(self) -> str:
-        """One line: the question, setting, effect, interval, p and n (or the deviation and tolerance)."""
+        """One line: the question, setting, effect, interval, p and n (or the deviation and tolerance), and how
+        many seeds diverged, passed or won."""
         if self.kind == "untestable":
             return f"{self.setting}: {self.question}: not testable ({self.reason})"
         if self.kind == "identity":
             return (f"{self.setting}: {self.question}: deviation {abs(self.values[0]):.1e} "
                     f"(tolerance {self.tolerance:.0e})")
-        s = self.stats()
-        direction = f"{self.better} is better" + (", not worse suffices" if self.holds_if == "not worse" else "")
-        if self.deterministic:
-            return f"{self.setting}: {self.question}, {self.metric} ({direction}): effect {_g(s['effect'])} (exact)"
-        return (f"{self.setting}: {self.question}, {self.metric} ({direction}): effect {_g(s['effect'])} "
-                f"[{_g(s['low'])}, {_g(s['high'])}], p = {_p(s['p'])}, n = {s['n']}")
+        s, test = self.stats(), self.test
+        direction = f"{self.better} is better" + (f", not worse by more than {self.margin:g} suffices"
+                                                  if self.holds_if == "not worse" else "")
+        head = f"{self.setting}: {self.question}, {self.metric} ({direction})"
+        if test == "exact":
+            return f"{head}: effect {_g(s['effect'])} (exact)"
+        parts = []
+        div = self.diverged
+        for who in ("method", "baseline"):
+            if div[who]:
+                parts.append(f"the {who} diverged on {len(div[who])} of {self.n} seeds")
+        if div["both"]:
+            parts.append(f"both diverged on seed{'s' if len(div['both']) > 1 else ''} "
+                         f"{', '.join(map(str, div['both']))}")
+        if test == "threshold":
+            parts.append(f"{s['passes']} of {self.n} seeds pass" + (f" (share {self.share:g} needed)"
+                                                                     if self.share < 1 else ""))
+        if test == "sign":
+            parts.append(f"sign test {s['wins']} wins, {s['losses']} losses, p = {_p(s['p'])}")
+        if self.n == 0:
+            return f"{head}: nothing compared; " + "; ".join(parts)
+        finished = len(self.differences)
+        if not finished:
+            effect = "no seed finished on both sides"
+        else:
+            effect = f"effect {_g(s['effect'])} [{_g(s['low'])}, {_g(s['high'])}]"
+            effect += f", p = {_p(s['p'])}" if test == "t" else ""
+            effect += f", n = {finished}" if finished == self.n else f" over the {finished} seeds both finished"
+        return f"{head}: {effect}" + ("".join(f"; {x}" for x in parts))
 
 
 def t_interval(values) -> tuple[float, float, float, float]:
@@ -182,6 +292,22 @@ def t_interval(values) -> tuple[float, float, float, float]:
     return mean, mean - half, mean + half, p
 
 
+def _t_p(d: list[float], mu: float) -> float:
+    """The two-sided one-sample t-test's p for a mean of ``mu`` (its interval excludes ``mu`` exactly when
+    p < 1 - LEVEL)."""
+    return t_interval([x - mu for x in d])[3]
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """The exact two-sided sign test's p: ``wins`` against ``losses`` (ties dropped) under a fair coin."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
 def _g(x: float) -> str:
     return f"{x:+.3g}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf" if x < 0 else "nan")
 
@@ -191,17 +317,19 @@ def _p(p: float) -> str:
 
 
 def paired(setting: str, question: str, metric: str, better: str, values, baseline, seeds,
-           holds_if: str = "better") -> Evidence:
-    """Method against baseline, seed by seed (``values[i]`` and ``baseline[i]`` share ``seeds[i]``)."""
+           holds_if: str = "better", margin: float | None = None) -> Evidence:
+    """Method against baseline, seed by seed (``values[i]`` and ``baseline[i]`` share ``seeds[i]``); a not-worse
+    item declares its ``margin`` in the metric's units."""
     return Evidence("paired", setting, question, metric, better, tuple(values), tuple(baseline), tuple(seeds),
-                    holds_if)
+                    holds_if, margin=margin)
 
 
 def against(setting: str, question: str, metric: str, better: str, values, reference: float, seeds=(),
-            deterministic: bool = False) -> Evidence:
-    """Per-seed values against a fixed reference (``deterministic``: one exact value)."""
+            deterministic: bool = False, share: float = 1.0) -> Evidence:
+    """Per-seed values against a fixed threshold, judged seed by seed (``share``: of the seeds that must pass), or
+    one exact value (``deterministic``)."""
     return Evidence("against", setting, question, metric, better, tuple(values), (float(reference),), tuple(seeds),
-                    deterministic=deterministic)
+                    deterministic=deterministic, share=share)
 
 
 def identity(setting: str, question: str, deviation: float, tolerance: float) -> Evidence:
@@ -214,35 +342,44 @@ def untestable(setting: str, question: str, reason: str) -> Evidence:
     return Evidence("untestable", setting, question, reason=reason)
 
 
+def words(evidence: list[Evidence]) -> list[str]:
+    """Each item's word within its claim: an item decided by a p-value (t or sign test) keeps a significant word
+    only if it survives Holm's step-down procedure at 5% over the claim's items so decided; else it is a tie."""
+    out = [e.word() for e in evidence]
+    tested = sorted((e.stats()["p"], i) for i, e in enumerate(evidence) if e.test in ("t", "sign")
+                    and not e.missing and math.isfinite(e.stats()["p"]))
+    m = len(tested)
+    rejected = True
+    for k, (p, i) in enumerate(tested):
+        rejected = rejected and p <= (1 - LEVEL) / (m - k)
+        if not rejected and out[i] in ("reproduces", "does not reproduce"):
+            out[i] = "tie"
+    return out
+
+
 def decide(evidence: list[Evidence], reconstruction: bool = False) -> str:
     """The claim's word from its evidence (module docstring)."""
     if not evidence:
         raise ValueError("a claim needs evidence to be decided")
-    testable = [e for e in evidence if e.kind != "untestable"]
-    if not testable:
+    said = [w for w, e in zip(words(evidence), evidence) if e.kind != "untestable"]
+    if not said:
         return "not testable here"
-    held = [e.holds() for e in testable]
+    held = [w == "reproduces" for w in said]
     if all(held):
         return "holds (our reconstruction)" if reconstruction else "reproduces"
     if any(held):
         return "partly"
-    return "does not reproduce" if any(e.word() == "does not reproduce" for e in testable) else "tie"
+    return "does not reproduce" if "does not reproduce" in said else "tie"
 
 
 def explain(evidence: list[Evidence]) -> str:
-    """Where the claim holds and where not (the ``partly`` verdict names them): ``all 6 items hold``, or the items
-    grouped as ``holds: ...; tie: ...; reversed: ...; not testable: ...``."""
+    """Where the claim holds and where not: ``all 6 items hold``, or ``3 of 8 items hold``, then the items grouped
+    as ``holds: ...; tie: ...; reversed: ...; not testable: ...`` (Holm-adjusted words, :func:`words`)."""
     groups: dict[str, list[str]] = {"holds": [], "tie": [], "reversed": [], "not testable": []}
-    for e in evidence:
+    for e, w in zip(evidence, words(evidence)):
         where = f"{e.setting}: {e.question}"
-        if e.kind == "untestable":
-            groups["not testable"].append(where)
-        elif e.holds():
-            groups["holds"].append(where)
-        elif e.word() == "tie":
-            groups["tie"].append(where)
-        else:
-            groups["reversed"].append(where)
+        group = {"not testable here": "not testable", "reproduces": "holds", "tie": "tie"}.get(w, "reversed")
+        groups[group].append(where + (" (a tie after Holm's adjustment)" if w == "tie" and e.word() != "tie" else ""))
     used = {k: v for k, v in groups.items() if v}
     if len(used) == 1:
         (kind, items), = used.items()
@@ -250,7 +387,9 @@ def explain(evidence: list[Evidence]) -> str:
         return f"{'the item' if len(items) == 1 else f'all {len(items)} items'} " + (
             {"holds": "holds", "tie": "is a tie", "reversed": "is reversed", "not testable": "is not testable"}[kind]
             if len(items) == 1 else verb[kind])
-    return "; ".join(f"{k}: {', '.join(v)}" for k, v in used.items())
+    testable = len(evidence) - len(groups["not testable"])
+    return f"{len(groups['holds'])} of {testable} items hold; " + "; ".join(
+        f"{k}: {', '.join(v)}" for k, v in used.items())
 
 
 def from_dict(d: dict) -> Evidence:

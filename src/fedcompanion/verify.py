@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .atomic import DamagedFile, read_json
 from .experiments import CacheMiss, ExperimentConfig, load_result, read_history, sweep
 from .machine import numerical_platform
 from .validation import ConfigError
@@ -48,15 +49,20 @@ def _dtype(task: str) -> str:
     return "float64" if task in FLOAT64_TASKS else "float32"
 
 
-def _stored(results: Path) -> list[dict]:
+def _stored(results: Path, damaged: list | None = None) -> list[dict]:
+    """Every run record in ``results``; a record that cannot be read is left out, and named in ``damaged``."""
     out = []
     for path in sorted(results.glob("*.json")):
         try:
-            meta = json.loads(path.read_text())
-        except ValueError:
+            meta = read_json(path, "run record")
+        except DamagedFile as error:
+            if damaged is not None:
+                damaged.append(str(error))
             continue
         if isinstance(meta, dict) and isinstance(meta.get("config"), dict):
             out.append({**meta, "_file": path.name})
+        elif damaged is not None:
+            damaged.append(f"{path}: a run record without a config mapping")
     return out
 
 
@@ -168,13 +174,26 @@ def _without_code(config: dict) -> str:
 def _histories(folder: Path) -> dict[str, tuple[dict, pd.DataFrame]]:
     """Every run in ``folder`` whose history is what its JSON vouches for, by its config without the code
     fingerprint."""
-    out = {}
+    out: dict = {}
+    versions: dict = {}
     for meta in _stored(folder):
         try:
             history = read_history(folder / f"{Path(meta['_file']).stem}.csv.gz", meta.get("history") or {})
         except CacheMiss:
             continue
-        out[_without_code(meta["config"])] = (meta, history)
+        versions.setdefault(_without_code(meta["config"]), []).append((meta, history))
+    ambiguous = []
+    for key, runs in versions.items():  # several code versions of one config: this code's run is compared
+        current = [run for run in runs if len(runs) == 1 or is_current(run[0])]
+        if len(current) == 1:
+            out[key] = current[0]
+        else:
+            ambiguous.append([meta for meta, _ in runs])
+    if ambiguous:
+        files = "; ".join(", ".join(m["_file"] for m in metas) for metas in ambiguous[:3])
+        raise ConfigError(f"{folder} holds {len(ambiguous)} config(s) run by several code versions, none of them "
+                          f"(or more than one) this code's: {files}; remove the stale runs (or compare folders made "
+                          "by one code version each)")
     return out
 
 
@@ -224,9 +243,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = Path(args.results)
     if args.compare:
-        _print_comparison(compare_folders(results, Path(args.compare)), results, Path(args.compare))
+        try:
+            table = compare_folders(results, Path(args.compare))
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        _print_comparison(table, results, Path(args.compare))
         return 0
-    stored = _stored(results)
+    damaged: list[str] = []
+    stored = _stored(results, damaged)
+    for line in damaged:
+        print(f"  DAMAGED, left out: {line}")
     chosen = select(args.subset, stored)
     stale = [m for m in stored if not is_current(m)]
     wanted = len(SUBSETS.get(args.subset, [])) if args.subset != "figures" else 1

@@ -198,9 +198,11 @@ class FedVRA(Algorithm):
 
 @dataclass(frozen=True)
 class FedADMMServer(ServerState):
-    """x_0 and the server's copies of every client's lambda_i."""
+    """x_0, the server's copies of every client's lambda_i (zero rows until a client uploads one) and their
+    weighted sum lam = sum_i w_i lambda_i in float64, kept up to date from the round's uploads."""
 
     lam_copies: tuple
+    lam: torch.Tensor
 
 
 @register
@@ -209,7 +211,9 @@ class FedADMM(Algorithm):
 
     Clients upload x_i and lambda_i (two vectors); the server keeps a copy of every lambda_i and sets
     x_0 = argmin_{x_0} sum_i w_i [<lambda_i, x_0 - x_i> + gamma/2 ||x_i - x_0||^2] over all clients, with
-    x_i = x_0^r for the inactive ones."""
+    x_i = x_0^r for the inactive ones. The server's sum_i w_i lambda_i is updated by the active clients' changes,
+    sum_{i active} w_i (lambda_i^new - lambda_i^old), so a round costs O(K P), never an [N, P] block; the sum is
+    accumulated in float64, so that hundreds of float32 updates do not drift from the sum they stand for."""
 
     name = "fedadmm"
 
@@ -217,7 +221,7 @@ class FedADMM(Algorithm):
         self.gamma = check_number("gamma", gamma, low=0.0, low_open=True)
 
     def init_server(self, task, x0):
-        return FedADMMServer(x0.clone(), zero_rows(task.num_clients, x0))
+        return FedADMMServer(x0.clone(), zero_rows(task.num_clients, x0), torch.zeros_like(x0, dtype=torch.float64))
 
     def init_clients(self, task, x0):
         return {"lam": zero_rows(task.num_clients, x0)}
@@ -232,12 +236,16 @@ class FedADMM(Algorithm):
 
     def server_update(self, server, info, uploads):
         w = info.weights.to(server.x.dtype)
+        old = torch.stack([server.lam_copies[i] for i in info.clients.tolist()]) if len(info.clients) else None
+        lam = server.lam
+        if old is not None:
+            change = (uploads["lam"] - old).to(torch.float64)
+            lam = lam + info.weights.to(device=lam.device, dtype=torch.float64)[info.clients] @ change
         entries = replace_entries(server.lam_copies, info.clients, uploads["lam"])
-        lam = w @ torch.stack(list(entries))
         # sum_i w_i x_i with x_i = x_0 for the inactive clients
         model_sum = w.sum() * server.x + info.active_weights.to(w.dtype) @ (uploads["x"] - server.x)
-        x = (self.gamma * model_sum - lam) / (self.gamma * w.sum())
-        return FedADMMServer(x, entries)
+        x = (self.gamma * model_sum - lam.to(w.dtype)) / (self.gamma * w.sum())
+        return FedADMMServer(x, entries, lam)
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,12 @@ def summarize(frame: pd.DataFrame, metric: str, **where: Any) -> pd.DataFrame:
 
 
 def per_seed_evidence(table: pd.DataFrame, column: str, method: str, baseline: str, better: str, setting: str,
-                      question: str | None = None, holds_if: str = "better", seeds: list[int] | None = None):
+                      question: str | None = None, holds_if: str = "better", seeds: list[int] | None = None,
+                      margin: float | None = None):
     """Paired :class:`~fedcompanion.verdict.Evidence` from a per-run table indexed by ``(label, seed)``:
     ``method`` against ``baseline`` in ``column`` on the seeds both ran (``seeds``: all of the table's). A run
-    missing from the table (it diverged) enters as the worst value, ``-inf`` if higher is better else ``+inf``."""
+    missing from the table (it diverged) enters as the worst value, ``-inf`` if higher is better else ``+inf``; a
+    not-worse item declares its non-inferiority ``margin`` in the column's units."""
     from ..verdict import paired
 
     values = table[column]
@@ -46,4 +48,4 @@ def per_seed_evidence(table: pd.DataFrame, column: str, method: str, baseline: s
         return [float(values.get((label, s), worst)) if np.isfinite(values.get((label, s), np.nan)) else worst
                 for s in seeds]
     return paired(setting, question or f"{method} vs {baseline}", column, better, column_of(method),
-                  column_of(baseline), seeds, holds_if)
+                  column_of(baseline), seeds, holds_if, margin)

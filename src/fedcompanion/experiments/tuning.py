@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..validation import ConfigError, check_number
+from ..validation import ConfigError, check_grid, check_number, check_seeds
 from .config import ExperimentConfig
 from .sweep import sweep
 
@@ -96,11 +96,10 @@ def tune(specs: dict[str, Spec], seeds: list[int], score: Callable[[pd.DataFrame
     per run hash (larger is better). All methods' runs of a step go to one sweep (one process pool)."""
     if not specs:
         raise ConfigError("tune needs at least one method to tune (specs is empty)")
-    if len(seeds) < 2:
-        raise ConfigError(f"tuning needs at least 2 seeds, got {seeds}")
+    seeds = list(check_seeds("tuning seeds", seeds, least=2))
     check_number("margin", margin, low=0.0)
     check_number("extend", extend, low=0, integer=True)
-    grids = {m: {k: list(v) for k, v in s.grid.items()} for m, s in specs.items()}
+    grids = {m: {k: check_grid(f"{m} {k}", v) for k, v in s.grid.items()} for m, s in specs.items()}
     for m, s in specs.items():
         missing = [k for k in s.grid if s.default.get(k) not in s.grid[k]]
         if missing:
@@ -126,6 +125,12 @@ def tune(specs: dict[str, Spec], seeds: list[int], score: Callable[[pd.DataFrame
                          "score": float(per_run.get(h, np.nan)) if ok else -np.inf,
                          "round": runs.loc[h, "diverged_round"], "label": c.label})
         table = pd.DataFrame(rows)
+        unscored = table[table.ok & table.score.isna()]
+        if len(unscored) and len(unscored) == table.ok.sum():  # no finished run scored: not a divergence
+            recorded = sorted(frame.metric.unique()) if len(frame) else []
+            raise ConfigError(f"the tuning score gives no value for {len(unscored)} finished run(s) (e.g. "
+                              f"{unscored.label.iloc[0]!r}): does it name a metric and a round the runs record? "
+                              f"They record {recorded}")
         for m in todo:
             part = table[table.method == m]
             names = list(grids[m])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import json
 import os
 import re
@@ -32,57 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..processes import stop_tree, watch
+
 APP = Path(__file__).resolve().parents[3] / "examples" / "flower"
 BIN = Path(sys.executable).parent
-
-
-def _descendants(roots) -> set:
-    """``roots`` and every live process below them (children, their children, ...), read from /proc."""
-    import os
-
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in out:
-            out.add(pid)
-            todo += children.get(pid, [])
-    return out
-
-
-def stop_tree(roots) -> None:
-    """SIGKILL ``roots`` (process ids that lead process groups), their groups and every process below them: Flower's
-    SuperLink and SuperNodes start their SuperExec and app processes in process groups of their own."""
-    import os
-    import signal
-
-    pids = _descendants(roots)
-    for pid in pids:
-        for kill, target in ((os.killpg, pid), (os.kill, pid)):
-            try:
-                kill(target, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-# The watchdog (stdlib only: it must be up before the first child starts): once the launcher's pid is gone (kill -9
-# runs no handler), it stops every process tree the launcher recorded. argv: the launcher's pid, the file of pids.
-WATCHDOG = inspect.getsource(_descendants) + inspect.getsource(stop_tree) + """
-import os, sys, time
-parent, recorded = int(sys.argv[1]), sys.argv[2]
-while os.getppid() == parent:
-    time.sleep(0.25)
-with open(recorded) as f:
-    stop_tree([int(line) for line in f if line.strip()])
-"""
 
 
 def free_port() -> int:
@@ -121,8 +73,7 @@ class Federation:
             f.write(f"{pgid}\n")
 
     def __enter__(self) -> Federation:
-        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(self.group_file)],
-                                         start_new_session=True, stdin=subprocess.DEVNULL)
+        self.watchdog = watch(self.group_file)
         self._start("superlink", [BIN / "flower-superlink", "--insecure", "--host", "127.0.0.1", "--port",
                                   str(self.port), "--disable-runtime-dependency-installation"])
         self.wait_for("superlink", "Starting Flower SuperExec")
@@ -217,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     output = Path(args.output).resolve()
-    for stop in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C does: unwind, so that the federation is stopped
+    # unwind, so that the federation is stopped; SIGINT too, even where it was inherited ignored (a background job
+    # of a non-interactive shell starts with SIGINT ignored, and Python then keeps it so)
+    for stop in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(stop, _stop_on_signal)
     work = Path(args.work or tempfile.mkdtemp(prefix="fedcompanion-loopback-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from torch.func import functional_call
 
 from ..data.loaders import ArrayDataset, hash_tensors
 from ..losses import SATURATING_SQUARE, Loss, get_loss
-from ..models import check_model
+from ..models import check_model, check_repeatable
 from ..validation import ConfigError, check_choice, check_device, check_number
 
 
@@ -92,6 +92,7 @@ class Task:
     def __post_init__(self):
         set_ = functools.partial(object.__setattr__, self)  # (frozen: the constructor's own normalisation only)
         set_("loss", get_loss(self.loss) if isinstance(self.loss, str) else self.loss)
+        check_model(self.model, f"task {self.name!r}")  # before the cast, which would drop an imaginary part
         set_("model", self.model.to(self.dtype))
         set_("_shapes", [(n, p.shape, p.numel()) for n, p in self.model.named_parameters()])
         n = self.num_clients
@@ -110,12 +111,12 @@ class Task:
             check_number("l2", self.l2, low=0.0)
         check_number("nonconvex", self.nonconvex, low=0.0)
         self.loss.check_targets(self.y_all, f"task {self.name!r}")
-        check_model(self.model, f"task {self.name!r}")
         with torch.no_grad():  # one row through a copy in eval mode: the template's buffers are not touched
             out = copy.deepcopy(self.model).eval()(self.x_all[:1])
         if not isinstance(out, torch.Tensor):
             raise ConfigError(f"task {self.name!r}: the model returns {type(out).__name__}; it must return one tensor")
         self.loss.check_outputs(out, self.y_all, f"task {self.name!r}")
+        check_repeatable(self.model, self.x_all[:4], f"task {self.name!r}")
 
     # ----------------------------------------------------------------- structure
     @property

@@ -84,6 +84,11 @@ def semi_supervised_task(dataset: str = "mnist", num_clients: int = 100, alpha: 
     train, test, parts = _split(dataset, num_clients, "dirichlet", seed, {"alpha": alpha})
     if train.num_classes < 2:
         raise ConfigError(f"semi-supervised classification needs labelled classes; {dataset!r} has none")
+    y = train.y.numpy()
+    if not np.array_equal(y, np.round(y)) or y.min() < 0 or y.max() >= train.num_classes:
+        raise ConfigError(f"semi-supervised classification needs class labels 0..{train.num_classes - 1}; "
+                          f"{dataset!r} has other values")
+    y = y.astype(np.int64)  # QSAR stores its 0/1 classes as floats
     rng = np.random.default_rng([seed, 5])
     eye = np.eye(train.num_classes, dtype=np.float32)
     clients = []
@@ -91,12 +96,13 @@ def semi_supervised_task(dataset: str = "mnist", num_clients: int = 100, alpha: 
         weights = np.zeros((len(p), train.num_classes), dtype=np.float32)
         k = max(1, int(round(labelled_fraction * len(p))))
         chosen = rng.choice(len(p), size=min(k, len(p)), replace=False)
-        weights[chosen] = eye[train.y.numpy()[p[chosen]]]
+        weights[chosen] = eye[y[p[chosen]]]
         clients.append((train.x[p], weights))
     net = make_model("mlp", int(np.prod(train.x.shape[1:])), train.num_classes, hidden=tuple(hidden))
     label = f"{dataset}-semi-supervised/dirichlet(alpha={alpha})/{num_clients}/labelled={labelled_fraction:g}"
     task = from_client_arrays(label, clients, net, SOFT_LABELS, test=ArrayDataset(test.x, test.y, test.num_classes))
-    return dataclasses.replace(task, partition=parts, labels=torch.cat([train.y[p] for p in parts])).to(device)
+    labels = torch.cat([torch.as_tensor(y[p]) for p in parts])
+    return dataclasses.replace(task, partition=parts, labels=labels).to(device)
 
 
 TASKS.register("semi_supervised", semi_supervised_task)

@@ -1,0 +1,80 @@
+"""Process trees that die with the process that started them: :func:`descendants`, :func:`stop_tree` and a
+watchdog (:func:`watch`) that stops them once their launcher is gone, even by kill -9, which runs no handler.
+
+A launcher (``make reproduce``, the loopback Flower deployment) starts children that start their own: pool workers,
+notebook kernels (each in a session of its own, as jupyter_client starts them), the kernels' sweep workers,
+Flower's SuperLink and SuperNodes. When the launcher dies they are re-parented and would run on (a kernel would finish
+its notebook and write its summary after the reproduction died). The watchdog is a small stdlib-only process: while
+its launcher lives, it keeps a snapshot of the launcher's process tree (read from /proc every quarter second) and,
+when the launcher's pid is gone, SIGKILLs every process of the last snapshot, their process groups, and the groups a
+launcher recorded in a file.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def descendants(roots) -> set:
+    """``roots`` and every live process below them (children, their children, ...), read from /proc."""
+    import os
+
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo += children.get(pid, [])
+    return out
+
+
+def stop_tree(roots) -> None:
+    """SIGKILL ``roots``, the process groups they lead and every process below them (kernels and Flower's processes
+    start process groups of their own)."""
+    import os
+    import signal
+
+    for pid in descendants(roots):
+        for kill, target in ((os.killpg, pid), (os.kill, pid)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+# stdlib only, so that it is up at once. argv: the launcher's pid, and a file of recorded process ids ("" for none).
+WATCHDOG = inspect.getsource(descendants) + inspect.getsource(stop_tree) + """
+import os, sys, time
+parent, recorded = int(sys.argv[1]), sys.argv[2]
+me, snapshot = os.getpid(), set()
+while os.getppid() == parent:
+    snapshot = descendants([parent]) - {me, parent}
+    time.sleep(0.25)
+if recorded and os.path.exists(recorded):
+    with open(recorded) as f:
+        snapshot |= {int(line) for line in f if line.strip()}
+stop_tree(snapshot - {me})
+"""
+
+
+def watch(recorded: str | Path = "") -> subprocess.Popen:
+    """Start the watchdog of this process (stop it with ``.kill()`` when the launcher ends by itself)."""
+    return subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(recorded)],
+                            start_new_session=True, stdin=subprocess.DEVNULL)
+
+
+def stop_children() -> None:
+    """SIGKILL every process below this one (a launcher's SIGTERM handler: its children must not outlive it)."""
+    stop_tree(descendants([os.getpid()]) - {os.getpid()})

@@ -42,3 +42,17 @@ def test_diverged_runs_are_listed_and_averaged_into_nothing(tmp_path):
     printed = "".join("".join(o.get("text", "")) for c in json.loads((tmp_path / "out.ipynb").read_text())["cells"]
                       for o in c.get("outputs", []))
     assert "2 runs, 2 diverged" in printed
+
+
+@pytest.mark.notebook
+def test_a_notebook_runs_over_ipc_and_its_kernel_prints_no_tcp_warning(tmp_path, capfd):
+    """Issue 45: every kernel of a reproduction printed "Kernel is running over TCP without encryption"."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+                                         nbformat.v4.new_code_cell("print(x + 1)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "tiny.ipynb")
+    execute(tmp_path / "tiny.ipynb", tmp_path / "out.ipynb", {"x": 41}, progress=False)
+    assert nbformat.read(tmp_path / "out.ipynb", 4).cells[-1].outputs[0]["text"] == "42\n"
+    assert "running over TCP" not in capfd.readouterr().err

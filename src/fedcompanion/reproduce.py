@@ -18,6 +18,7 @@ verdict summary) from those summaries. The smoke profile writes everything under
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -109,6 +110,22 @@ def kernel_name() -> str:
     return KERNEL if KERNEL in KernelSpecManager().find_kernel_specs() else "python3"
 
 
+@functools.cache
+def ipc_kernel_manager() -> type:
+    """The kernel manager the notebooks run under: jupyter_client's, talking to the kernel over IPC sockets (files
+    beside the kernel's connection file) instead of TCP, so the kernel opens no port and prints no "Kernel is
+    running over TCP without encryption" warning into every reproduction's log."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self) -> str:
+            return "ipc"
+
+    return IPCKernelManager
+
+
 def execute(notebook: Path, output: Path, parameters: dict, progress: bool = True) -> None:
     """Run ``notebook`` with papermill into ``output`` (cwd: the repository root)."""
     import papermill
@@ -116,7 +133,7 @@ def execute(notebook: Path, output: Path, parameters: dict, progress: bool = Tru
     output.parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(
         str(notebook), str(output), parameters=parameters, cwd=str(ROOT),
-        progress_bar=progress, kernel_name=kernel_name(),
+        progress_bar=progress, kernel_name=kernel_name(), kernel_manager_class=ipc_kernel_manager(),
     )  # fmt: skip
 
 

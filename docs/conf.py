@@ -12,7 +12,7 @@ author = "The fedcompanion authors"
 release = __import__("importlib.metadata").metadata.version("fedcompanion")  # pyproject.toml's
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax", "sphinx.ext.viewcode",
               "sphinx-mathjax-offline"]
-myst_enable_extensions = ["dollarmath", "amsmath", "deflist"]
+myst_enable_extensions = ["dollarmath", "amsmath", "deflist", "colon_fence"]  # colon_fence: the smoke banner
 nb_execution_mode = "off"  # the notebooks were executed by `make reproduce` (or by the tests); render their outputs
 nb_ipywidgets_js = {}  # no require.js or widget manager from a CDN: progress bars render as text
 autodoc_member_order = "bysource"

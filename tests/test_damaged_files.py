@@ -140,3 +140,20 @@ def test_a_summary_left_by_a_renamed_notebook_is_reported_with_a_warning(results
     assert orphans(load_summaries(results)) == [("fedvra/04_renamed_since", claims)]
     write_report(results, results / "R.md", readme=None, figures=results / "figures")
     assert "fedvra/04_renamed_since" in caplog.text and "renamed or removed" in caplog.text
+
+
+def test_record_returns_the_verdicts_a_notebook_shows_and_a_path(tmp_path):
+    """Issue 46: every notebook's last output was a PosixPath; now it is the verdicts, with each item's effect."""
+    import os
+
+    from fedcompanion.report import Claim, Recorded
+    from fedcompanion.verdict import paired
+
+    item = paired("A", "x vs y", "loss", "lower", [1.0, 1.1, 0.9, 1.0, 1.05], [2.0] * 5, range(5))
+    shown = record("fedvra/99_demo", "Demo", [Claim("demo.claim", "FedVRA", "x beats y", [], [item])], tmp_path,
+                   "smoke")
+    assert isinstance(shown, Recorded) and os.fspath(shown).endswith("fedvra--99_demo.json")
+    assert json.loads(Path(shown).read_text())["notebook"] == "fedvra/99_demo"
+    markdown = shown._repr_markdown_()
+    assert markdown.startswith("**Verdicts**") and "* **reproduces**: x beats y (`demo.claim`" in markdown
+    assert "effect +0.99 [" in markdown and "demo.claim: reproduces" in repr(shown)

@@ -17,6 +17,11 @@ def test_notebook_runs_with_smoke_profile(notebook):
     out = ROOT / "build" / "executed" / notebook.relative_to(ROOT / "notebooks")
     execute(notebook, out, SMOKE, progress=False)
     assert out.exists()
+    import nbformat  # issue 46: the notebook shows its verdicts (record's output), not a path
+
+    shown = [o.get("data", {}).get("text/markdown", "") for c in nbformat.read(out, 4).cells
+             if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any(text.startswith("**Verdicts**") for text in shown), notebook
 
 
 @pytest.mark.notebook

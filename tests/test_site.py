@@ -102,3 +102,11 @@ def test_each_notebook_comes_from_its_paper_run_where_it_has_one_else_from_the_s
         "00_tour.ipynb", "fedvra/01_x.ipynb"]
     assert (gathered / "00_tour.ipynb").read_text() == "executed"
     assert (gathered / "fedvra/01_x.ipynb").read_text() == "reproduce"
+
+
+def test_notebook_pages_render_the_smoke_banner_and_the_verdicts(site):
+    """Issue 46: the banner showed as raw ':::{warning}' text (colon_fence was off), and no page showed a verdict."""
+    pages = sorted((site / "notebooks").rglob("*.html"))
+    assert pages and not [p.name for p in pages if ":::{warning}" in p.read_text()]
+    tour = (site / "notebooks" / "00_tour.html").read_text()
+    assert "Verdicts" in tour and ("smoke profile" not in tour or 'class="admonition warning"' in tour)

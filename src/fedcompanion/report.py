@@ -86,10 +86,39 @@ def summaries_dir(results_dir: str | Path) -> Path:
     return Path(results_dir) / "summaries"
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What :func:`record` returns: the summary's ``path`` (it is a path-like object) and, as a notebook's last
+    output, the verdicts it records: each claim's word, where it holds, and each item's effect and interval."""
+
+    path: Path
+    summary: Summary
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def lines(self) -> list[tuple[Claim, list[str]]]:
+        return [(c, [e.describe() for e in c.evidence]) for c in self.summary.claims]
+
+    def __repr__(self) -> str:
+        out = [f"{self.summary.title} ({self.summary.profile} profile; summary {self.path})"]
+        for c, items in self.lines():
+            out += [f"{c.id}: {c.verdict} ({explain(c.evidence)})"] + [f"    {line}" for line in items]
+        return "\n".join(out)
+
+    def _repr_markdown_(self) -> str:
+        out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.verdict`):", ""]
+        for c, items in self.lines():
+            out += [f"* **{c.verdict}**: {_escape(c.claim)} (`{c.id}`; {_escape(explain(c.evidence))})"]
+            out += [f"  * {_escape(line)}" for line in items]
+        return "\n".join(out)
+
+
 def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Path, profile: str,
-           diverged: list[dict] | None = None, runs: int = 0, checks: dict | None = None) -> Path:
-    """Write a notebook's summary (atomically) and return its path. ``checks`` holds facts the tests read back
-    from the committed results (e.g. where each tuned value lies in its grid)."""
+           diverged: list[dict] | None = None, runs: int = 0, checks: dict | None = None) -> Recorded:
+    """Write a notebook's summary (atomically) and return it as :class:`Recorded` (its path, and its verdicts as
+    the notebook's last output). ``checks`` holds facts the tests read back from the committed results (e.g. where
+    each tuned value lies in its grid)."""
     if not notebook or notebook.startswith("_"):
         raise ValueError(f"record: notebook {notebook!r} must be a notebook's name; names starting with _ are the "
                          "reproduction's bookkeeping files (_timings, _history)")
@@ -97,7 +126,7 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
     folder = summaries_dir(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (notebook.replace("/", "--") + ".json")
-    return write_atomic(path, json.dumps(asdict(summary), indent=1, sort_keys=True) + "\n")
+    return Recorded(write_atomic(path, json.dumps(asdict(summary), indent=1, sort_keys=True) + "\n"), summary)
 
 
 def load_summaries(results_dir: str | Path) -> list[Summary]:

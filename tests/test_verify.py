@@ -94,3 +94,24 @@ def test_every_smoke_rule_finds_a_committed_run_made_by_this_code():
 
     chosen = select("smoke", _stored(Path(__file__).resolve().parents[1] / "results"))
     assert len(chosen) == len(SUBSETS["smoke"]), [m.get("label") for m in chosen]
+
+
+def test_the_dtype_compared_is_the_builders_own_not_a_list_of_names():
+    """Issue 47 (weak case): verify guessed float64 from two task names; a user's float64 builder was compared at
+    float32's tolerance."""
+    import torch
+
+    import fedcompanion as fc
+    from fedcompanion.tasks import TASKS
+    from fedcompanion.verify import _dtype
+
+    def mine(seed=0, dtype=torch.float64):
+        return fc.tasks.least_squares_task(num_clients=3, dim=2, seed=seed, dtype=dtype)
+
+    try:
+        fc.register_task("mine-float64", mine)
+        assert _dtype("mine-float64") == "float64"
+        assert _dtype("least_squares") == _dtype("qsar") == "float64" and _dtype("dataset") == "float32"
+    finally:
+        TASKS.pop("mine-float64")
+        TASKS.user.discard("mine-float64")

@@ -42,11 +42,20 @@ from .validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # across platforms; on the same platform: bit-identical
-FLOAT64_TASKS = ("least_squares", "qsar")  # the builders whose default dtype is float64
-
-
 def _dtype(task: str) -> str:
-    return "float64" if task in FLOAT64_TASKS else "float32"
+    """The dtype a task builder computes in: the default of its ``dtype`` parameter (a config cannot set one: it is
+    no JSON value); float32 for a builder without one, or a name no longer registered."""
+    import inspect
+
+    import torch
+
+    from .tasks import TASKS
+
+    try:
+        default = inspect.signature(TASKS[task]).parameters["dtype"].default
+    except (KeyError, TypeError, ValueError):
+        return "float32"
+    return "float64" if default is torch.float64 else "float32"
 
 
 def _stored(results: Path, damaged: list | None = None) -> list[dict]:

@@ -19,7 +19,7 @@ from fedcompanion.experiments import ExperimentConfig, load_result, run_config  
 from fedcompanion.flower import simulate  # noqa: E402
 from fedcompanion.flower.core import client_step  # noqa: E402
 from fedcompanion.flower.loopback import Federation  # noqa: E402
-from fedcompanion.processes import descendants  # noqa: E402
+from fedcompanion.processes import descendants, stop_tree  # noqa: E402
 
 pytestmark = pytest.mark.flower
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,8 +231,6 @@ def test_stopping_the_loopback_script_stops_every_flower_process_and_frees_its_p
     time.sleep(3)  # the SuperExec and app processes the SuperLink and SuperNodes start
     started = descendants(groups)
     assert len(groups) >= 3 and len(started) > len(groups)
-    script.send_signal(stop)
-    script.wait(timeout=30)
 
     def alive():
         out = []
@@ -244,9 +242,14 @@ def test_stopping_the_loopback_script_stops_every_flower_process_and_frees_its_p
                 pass
         return out
 
-    deadline = time.monotonic() + 10
-    while alive() or _processes_on(port):
-        assert time.monotonic() < deadline, (stop, alive(), _processes_on(port))
-        time.sleep(0.25)
+    try:
+        script.send_signal(stop)
+        script.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while alive() or _processes_on(port):
+            assert time.monotonic() < deadline, (stop, alive(), _processes_on(port))
+            time.sleep(0.25)
+    finally:  # a failing test must not leave a federation running into the next tests
+        stop_tree([script.pid, *groups])
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):  # nothing listens on the SuperLink's port
         s.connect(("127.0.0.1", port))

@@ -101,6 +101,14 @@ def test_a_reworded_error_message_leaves_every_committed_run_valid(committed, sc
     assert total["admm"] > 0 and valid["admm"] < total["admm"]  # the test beside the message is code
 
 
+def test_a_name_added_to_an_import_leaves_every_committed_run_valid(committed, scratch):
+    """An import of several names was one node: adding ActiveClients to fedvra.py's protocol import moved the keys
+    of every FedVRA, FedDyn and two_block run (572), which read that statement's other names."""
+    valid, total = _still_valid(committed, scratch, "algorithms/fedvra.py", "from ..protocol import ",
+                                "from ..protocol import State, ")
+    assert valid == total
+
+
 def test_an_engine_kernel_edit_invalidates_the_engine_runs_and_leaves_the_admm_family_valid(committed, scratch):
     valid, total = _still_valid(committed, scratch, "engine/clientwise.py", "ROW_ALIGNMENT = ", "ROW_ALIGNMENT = 2 * ")
     assert total["admm"] > 0 and valid["admm"] == total["admm"]

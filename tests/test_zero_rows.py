@@ -132,3 +132,24 @@ def test_every_stateful_algorithm_keeps_and_allocates_only_the_sampled_clients_r
         assert _largest_block(state.server, n) <= 6 and _largest_block(state.clients, n) <= 6, name
         largest = max(e.cpu_memory_usage for e in prof.events())
         assert largest <= 0.05 * n * p * 4, (name, largest / (n * p * 4))
+
+
+def test_fedadmm_server_update_on_a_round_with_no_active_client_keeps_its_state(lsq):
+    """The incremental dual sum reads the active clients' old copies with ActiveClients, which gives [0, P] for an
+    empty round: the update adds nothing, and x_0 is the argmin with every client inactive (x_0 itself)."""
+    import dataclasses
+
+    from fedcompanion.driver import Schedule, play_round
+
+    algorithm = fc.make("fedadmm")
+    state = algorithm.init(lsq, lsq.init_params(0))
+    info = Schedule(lsq, "uniform", 3, fc.LocalWork(steps=2), 0, 0.05).info(0)
+    state = play_round(lsq, algorithm, state, info, local=fc.LocalWork(steps=2))[0]
+    empty = dataclasses.replace(info, clients=info.clients[:0], steps=info.steps[:0])
+    p = state.server.x.numel()
+    uploads = {"x": state.server.x.new_empty((0, p)), "lam": state.server.x.new_empty((0, p))}
+    after = algorithm.server_update(state.server, empty, uploads)
+    assert torch.equal(after.lam, state.server.lam) and after.lam.abs().sum() > 0
+    lam = after.lam.to(state.server.x.dtype)
+    expected = (algorithm.gamma * state.server.x - lam) / algorithm.gamma  # w sums to one
+    assert torch.allclose(after.x, expected, rtol=0, atol=1e-12)

@@ -1,8 +1,8 @@
 """A Python file as a graph of its top-level definitions: what each statement binds, changes, reads and imports.
 
 The cache key's fingerprint (:mod:`fedcompanion.fingerprint`) walks these graphs from a run's roots. A statement is
-a node: a function, a class (its methods included), an assignment, an import. It *binds* the names it defines, and
-*changes* a module-level object it mutates (``X.update(...)``, ``X[k] = v``), except a
+a node: a function, a class (its methods included), an assignment, each name an import binds. It *binds* the names
+it defines, and *changes* a module-level object it mutates (``X.update(...)``, ``X[k] = v``), except a
 :class:`~fedcompanion.registry.Registry`, whose entries a run reaches through its config. It *reads* the module-level
 names its body mentions (``name`` and ``name.attribute``, the latter resolved inside a module it names), and
 *imports* what its function bodies import. A script's ``if __name__ == "__main__":`` block and docstrings are no
@@ -139,6 +139,22 @@ def _statement(module: str, is_package: bool, stmt: ast.stmt, follows) -> Statem
     return out
 
 
+def _one_name_per_import(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body`` with each import of several names split into one import per name: a name added to an import
+    statement is a node of its own, so it changes nothing for the definitions that read the statement's other
+    names."""
+    out = []
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and len(stmt.names) > 1:
+            for alias in stmt.names:
+                one = ast.Import(names=[alias]) if isinstance(stmt, ast.Import) else \
+                    ast.ImportFrom(module=stmt.module, names=[alias], level=stmt.level)
+                out.append(ast.copy_location(one, stmt))
+        else:
+            out.append(stmt)
+    return out
+
+
 @functools.cache
 def graph_of(path: Path, module: str, follows, *version) -> Graph:
     """The definitions graph of the file ``path`` (module ``module``), read once per ``version``: the package's
@@ -146,7 +162,7 @@ def graph_of(path: Path, module: str, follows, *version) -> Graph:
     the code that kernel runs), a user's once per modification time."""
     tree = ast.parse(path.read_text())
     graph = Graph(module, path.name == "__init__.py")
-    for stmt in tree.body:
+    for stmt in _one_name_per_import(tree.body):
         if _is_main_guard(stmt) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
             continue  # a script's entry point and docstrings: no run executes them
         index = len(graph.statements)

@@ -97,20 +97,17 @@ class Recorded:
     def __fspath__(self) -> str:
         return str(self.path)
 
-    def lines(self) -> list[tuple[Claim, list[str]]]:
-        return [(c, [e.describe() for e in c.evidence]) for c in self.summary.claims]
-
     def __repr__(self) -> str:
         out = [f"{self.summary.title} ({self.summary.profile} profile; summary {self.path})"]
-        for c, items in self.lines():
-            out += [f"{c.id}: {c.verdict} ({explain(c.evidence)})"] + [f"    {line}" for line in items]
+        for c in self.summary.claims:
+            out += [f"{c.id}: {c.verdict} ({explain(c.evidence)})"] + [f"    {e.describe()}" for e in c.evidence]
         return "\n".join(out)
 
     def _repr_markdown_(self) -> str:
         out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.verdict`):", ""]
-        for c, items in self.lines():
+        for c in self.summary.claims:
             out += [f"* **{c.verdict}**: {_escape(c.claim)} (`{c.id}`; {_escape(explain(c.evidence))})"]
-            out += [f"  * {_escape(line)}" for line in items]
+            out += [f"  * {_escape(e.describe())}" for e in c.evidence]
         return "\n".join(out)
 
 

@@ -197,8 +197,6 @@ class Evidence:
             out.update(wins=wins, losses=losses, p=sign_test(wins, losses))
         elif test == "threshold":
             out["passes"] = sum(x > 0 for x in d)
-        elif test == "exact" and d:
-            out["p"] = 0.0 if d[0] != 0 else 1.0
         for key in ("effect", "low", "high"):
             out[f"relative{'' if key == 'effect' else '_' + key}"] = out[key] / scale if scale > 0 else math.nan
         return out
@@ -300,12 +298,9 @@ def _t_p(d: list[float], mu: float) -> float:
 
 def sign_test(wins: int, losses: int) -> float:
     """The exact two-sided sign test's p: ``wins`` against ``losses`` (ties dropped) under a fair coin."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    k = min(wins, losses)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
+    from scipy import stats
+
+    return float(stats.binomtest(wins, wins + losses).pvalue) if wins + losses else 1.0
 
 
 def _g(x: float) -> str:
@@ -346,12 +341,12 @@ def words(evidence: list[Evidence]) -> list[str]:
     """Each item's word within its claim: an item decided by a p-value (t or sign test) keeps a significant word
     only if it survives Holm's step-down procedure at 5% over the claim's items so decided; else it is a tie."""
     out = [e.word() for e in evidence]
-    tested = sorted((e.stats()["p"], i) for i, e in enumerate(evidence) if e.test in ("t", "sign")
-                    and not e.missing and math.isfinite(e.stats()["p"]))
+    p = [e.stats()["p"] if e.test in ("t", "sign") and not e.missing else math.nan for e in evidence]
+    tested = sorted((p[i], i) for i in range(len(evidence)) if math.isfinite(p[i]))
     m = len(tested)
     rejected = True
-    for k, (p, i) in enumerate(tested):
-        rejected = rejected and p <= (1 - LEVEL) / (m - k)
+    for k, (p_k, i) in enumerate(tested):
+        rejected = rejected and p_k <= (1 - LEVEL) / (m - k)
         if not rejected and out[i] in ("reproduces", "does not reproduce"):
             out[i] = "tie"
     return out

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..protocol import LocalObjective, Negated, RoundInfo, per_client, replace_entries, zero_rows
+from ..protocol import ActiveClients, LocalObjective, Negated, RoundInfo, per_client, replace_entries, zero_rows
 from ..validation import ConfigError, check_choice, check_number
 from .base import Algorithm, ServerState, delta, register
 
@@ -236,11 +236,9 @@ class FedADMM(Algorithm):
 
     def server_update(self, server, info, uploads):
         w = info.weights.to(server.x.dtype)
-        old = torch.stack([server.lam_copies[i] for i in info.clients.tolist()]) if len(info.clients) else None
-        lam = server.lam
-        if old is not None:
-            change = (uploads["lam"] - old).to(torch.float64)
-            lam = lam + info.weights.to(device=lam.device, dtype=torch.float64)[info.clients] @ change
+        old = ActiveClients({"lam": server.lam_copies}, info.clients.tolist())["lam"]  # [K, P]; [0, P] if none
+        change = (uploads["lam"] - old).to(torch.float64)
+        lam = server.lam + info.weights.to(device=change.device, dtype=torch.float64)[info.clients] @ change
         entries = replace_entries(server.lam_copies, info.clients, uploads["lam"])
         # sum_i w_i x_i with x_i = x_0 for the inactive clients
         model_sum = w.sum() * server.x + info.active_weights.to(w.dtype) @ (uploads["x"] - server.x)

@@ -108,16 +108,16 @@ def test_bad_names_and_seeds_are_refused_by_name():
         arena.check_names(["cifar"], ["FedAvg"])
     with pytest.raises(ConfigError, match="unknown arena algorithm 'FedSGD'"):
         arena.check_names(["qsar"], ["FedAvg", "FedSGD"])
-    with pytest.raises(ConfigError, match="disjoint"):
-        arena.Plan(seeds=(0, 1), tune_seeds=(1, 2))
+    with pytest.raises(ConfigError, match="overlap the evaluation seeds"):
+        arena.run_arena(["qsar"], ["FedAvg"], arena.Plan(seeds=(0, 1), tune_seeds=(1, 2)), "build/never")
 
 
 def test_a_small_arena_end_to_end_is_plain_json_and_a_report_section(tmp_path):
-    plan = arena.Plan(rounds=2, tune_rounds=1, seeds=(0, 1), eval_every=1)
+    plan = arena.Plan(rounds=2, seeds=(0, 1), eval_every=1)
     out = arena.run_arena(["qsar"], ["FedAvg", "FedProx"], plan, tmp_path, jobs=1)
     o = out["qsar"]
     assert list(o.ranking.method) != [] and set(o.ranking.method) == {"FedAvg", "FedProx"}
-    assert all(len(t.scores) >= 9 * 2 for t in o.tuned.values())  # 3 x 3 grids on 2 tuning seeds (+ extensions)
+    assert all(len(t.scores[t.scores['rounds'] == 1]) == 9 * 2 for t in o.tuned.values())  # 3 x 3 grids, 2 seeds
     assert o.runs == sum(len(t.scores) for t in o.tuned.values()) + 2 * 2
     stored = json.loads(json.dumps(o.to_dict()))
     assert stored["ties"][0] == o.ranking.method.iloc[0] and stored["sentence"].startswith("qsar: ")

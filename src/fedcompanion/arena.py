@@ -9,10 +9,11 @@ None of the three papers compares its method with the other two. The arena does,
 * **Methods** (:data:`METHODS`): the registry's engine algorithms, each with its library default (the class's
   own default value, the grid's centre) for the client learning rate and for its one own hyperparameter.
 * **Tuning** (:func:`fedcompanion.experiments.tune`, the protocol of every notebook): a 3 x 3 log grid one decade
-  wide in both, every setting on two tuning seeds disjoint from the evaluation seeds, for ``tune_rounds``
-  rounds; the score is the task's metric averaged over the evaluated rounds; a setting at which a tuning seed
-  diverged is never chosen; a choice at a grid edge extends that grid (twice at most). So every method gets the
-  same number of tuning runs, unless an edge extends its grid.
+  wide in both, every setting on two tuning seeds disjoint from the evaluation seeds, scored like the evaluation
+  (the task's metric at the last round of a ``rounds``-long run), by successive halving (``plan.rungs`` rungs,
+  the best third going on); a setting at which a tuning seed diverged, or whose next larger learning rate did, is
+  never chosen; a choice at a grid edge extends that grid. So every method gets the same protocol and budget,
+  unless an edge extends its grid.
 * **Evaluation**: the tuned setting on every evaluation seed (a seed fixes the split, the sampled clients per
   round and the initial model: the methods are paired by seed). Per method and seed: the metric at the last round,
   the rounds to the task's target, the bytes each client uploads per round, and the spread (std) and worst 10% of
@@ -31,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from .experiments import ExperimentConfig, Spec, log_grid, mean_score, per_seed_evidence, sweep, tune
+from .experiments import ExperimentConfig, Spec, final_score, log_grid, per_seed_evidence, sweep, tune
 from .validation import ConfigError, check_number, check_seeds
 from .verdict import t_interval
 
@@ -96,7 +97,7 @@ class Plan:
     """The budget every method gets: rounds, clients per round, local work, seeds and the tuning grid."""
 
     rounds: int = 30
-    tune_rounds: int = 15
+    rungs: int = 3
     clients_per_round: int = 10
     local_steps: int = 10
     batch_size: int = 32
@@ -107,14 +108,12 @@ class Plan:
     points: int = 3
 
     def __post_init__(self):
-        for name in ("rounds", "tune_rounds", "clients_per_round", "local_steps", "batch_size", "eval_every"):
+        for name in ("rounds", "rungs", "clients_per_round", "local_steps", "batch_size", "eval_every"):
             check_number(f"arena plan {name}", getattr(self, name), low=1, integer=True)
         check_number("arena plan points", self.points, low=2, integer=True)
         check_number("arena plan decades", self.decades, low=0.0, low_open=True)
         object.__setattr__(self, "seeds", check_seeds("arena plan seeds", self.seeds, least=2))
         object.__setattr__(self, "tune_seeds", check_seeds("arena plan tune_seeds", self.tune_seeds, least=2))
-        if set(self.seeds) & set(self.tune_seeds):
-            raise ConfigError(f"tune_seeds {list(self.tune_seeds)} must be disjoint from seeds {list(self.seeds)}")
 
 
 def check_names(tasks, methods, contenders: dict | None = None) -> tuple[list[str], list[str]]:
@@ -146,7 +145,7 @@ def specs(task: ArenaTask, methods: list[str], plan: Plan, contenders: dict | No
     out, contenders = {}, contenders or METHODS
     for m in methods:
         default = {"lr": task.lr, **contenders[m].own}
-        out[m] = Spec(lambda s, seed, m=m: config(task, m, s, seed, plan.tune_rounds, plan, contenders),
+        out[m] = Spec(lambda s, seed, m=m: config(task, m, s, seed, plan.rounds, plan, contenders),
                       {k: log_grid(v, plan.decades, plan.points) for k, v in default.items()}, default,
                       source="library default, tuned")
     return out
@@ -289,8 +288,8 @@ def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int 
         task = TASKS[name]
         sign = 1.0 if task.better == "higher" else -1.0
         tuned = tune(specs(task, methods, plan, contenders), list(plan.tune_seeds),
-                     lambda frame, task=task, sign=sign: sign * mean_score(task.metric)(frame), results, jobs=jobs,
-                     refresh=refresh)
+                     lambda frame, task=task, sign=sign: sign * final_score(task.metric)(frame), results,
+                     evaluation_seeds=list(plan.seeds), jobs=jobs, refresh=refresh, rungs=plan.rungs)
         finals = [config(task, m, tuned[m].setting, seed, plan.rounds, plan, contenders)
                   for m in methods for seed in plan.seeds]
         frame = sweep(finals, results, jobs=jobs, refresh=refresh)

@@ -190,7 +190,7 @@ def cmd_arena(args) -> int:
     """``fedcompanion arena``: the selected methods on the selected tasks, tuned alike, ranked with ties."""
     from . import arena
 
-    plan = arena.Plan(rounds=args.rounds, tune_rounds=args.tune_rounds, seeds=tuple(args.seeds),
+    plan = arena.Plan(rounds=args.rounds, rungs=args.rungs, seeds=tuple(args.seeds),
                       tune_seeds=tuple(args.tune_seeds))
     outcomes = arena.run_arena(args.tasks, args.algorithms, plan, args.results, jobs=args.jobs, refresh=args.refresh)
     for o in outcomes.values():
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ring.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="evaluation seeds")
     ring.add_argument("--tune-seeds", nargs="+", type=int, default=[100, 101], help="tuning seeds (disjoint)")
     ring.add_argument("--rounds", type=int, default=30)
-    ring.add_argument("--tune-rounds", type=int, default=15)
+    ring.add_argument("--rungs", type=int, default=3, help="successive-halving rungs of the tuning (1: full grid)")
     ring.add_argument("--results", default="results")
     ring.add_argument("--jobs", type=int, default=None, help="parallel processes (default: CPU count)")
     ring.add_argument("--refresh", action="store_true", help="ignore cached results")

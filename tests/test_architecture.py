@@ -10,13 +10,13 @@ from fedcompanion import fingerprint
 
 LAYERS = [  # lowest first; a name covers a module or a subpackage and everything in it
     ["protocol", "validation", "definitions", "fingerprint", "memory", "metrics", "machine", "atomic", "verdict",
-     "registry", "logs", "processes"],
+     "decision", "registry", "logs", "processes"],
     ["data", "losses", "models", "engine"],
     ["tasks", "plots"],
     ["algorithms", "forest"],
     ["driver"],
     ["experiments"],
-    ["arena", "verify", "notebook", "flower"],
+    ["arena", "verify", "notebook", "flower", "timings"],
     ["report"],
     ["reproduce", "cli", "site"],
 ]

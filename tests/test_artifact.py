@@ -8,7 +8,8 @@ import pytest
 
 from fedcompanion import cli
 from fedcompanion.experiments import ExperimentConfig, sweep
-from fedcompanion.report import README_END, README_START, load_summaries, read_timings, render, verdict_counts
+from fedcompanion.report import README_END, README_START, load_summaries, render, verdict_counts
+from fedcompanion.timings import read_timings
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion import arena, verdict
+from fedcompanion import arena, decision, verdict
 from fedcompanion.data import DataError
 from fedcompanion.experiments import ExperimentConfig, Spec, log_grid, sweep, tune
 from fedcompanion.validation import ConfigError
@@ -238,7 +238,7 @@ CASES = [
     ("paired: unknown direction", lambda t: verdict.paired("s", "q", "m", "up", [1, 2], [1, 2], [0, 1]),
      ValueError, "better"),
     ("identity: negative tolerance", lambda t: verdict.identity("s", "q", 0.0, -1.0), ValueError, "tolerance"),
-    ("decide: no evidence", lambda t: verdict.decide([]), ValueError, "evidence"),
+    ("decide: no evidence", lambda t: decision.decide([]), ValueError, "evidence"),
     ("paired: holds_if unknown",
      lambda t: verdict.paired("s", "q", "m", "higher", [1, 2], [1, 2], [0, 1], holds_if="maybe"),
      ValueError, "holds_if"),

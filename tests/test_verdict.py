@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from fedcompanion.decision import decide, explain, words
 from fedcompanion.report import Claim, load_summaries
-from fedcompanion.verdict import MIN_SEEDS, against, decide, explain, identity, paired, untestable, words
+from fedcompanion.verdict import MIN_SEEDS, against, identity, paired, untestable
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -169,3 +170,20 @@ def test_a_seed_on_which_both_diverged_compares_nothing():
     assert math.isfinite(e.stats()["effect"])
     nothing = paired("s", "q", "m", "lower", [math.inf] * 2, [math.inf] * 2, range(2))
     assert nothing.word() == "tie" and "nothing compared" in nothing.describe()
+
+
+def test_a_claim_whose_control_passes_its_test_is_not_testable():
+    """Issue 43: a test is evidence only if it can fail. The slope test of the rate claim against a wrong setting (a
+    fixed batch, whose noise term does not shrink): rejected, the claim keeps its word; passed, the claim is "not
+    testable here", and the report says which control was not rejected."""
+    seeds = [0, 1, 2, 3, 4]
+    claim = [against("S = sqrt(R)", "slope vs -1/2", "slope", "lower", [-1.3, -1.4, -1.2, -1.5, -1.3], -0.5, seeds)]
+    wrong = [against("S = 1", "slope vs -1/2", "slope", "lower", [-0.1, 0.05, -0.2, -0.1, 0.0], -0.5, seeds)]
+    also_passes = [against("S = 1", "slope vs -1/2", "slope", "lower", [-0.9, -0.8, -0.95, -0.9, -0.7], -0.5, seeds)]
+    assert decide(claim) == "reproduces" and decide(claim, controls=wrong) == "reproduces"
+    assert decide(claim, controls=also_passes) == "not testable here"
+    assert "control S = 1: slope vs -1/2: rejected" in explain(claim, wrong)
+    assert "reproduces, not rejected" in explain(claim, also_passes)
+    stored = Claim("x.rate", "FedVRA", "a rate", [], [dataclasses.asdict(e) for e in claim],
+                   controls=[dataclasses.asdict(e) for e in also_passes])
+    assert stored.verdict == "not testable here" and stored.controls == also_passes

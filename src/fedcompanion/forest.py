@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .verdict import words
+from .decision import words
 
 
 def forest_rows(summaries, papers) -> list[dict]:
     """One row per seeded evidence item (exact, single-value items are left out: they have no interval): the claim,
     its setting, question and metric, the effect relative to the baseline's magnitude with its 95% interval, n and
-    the item's word within its claim (:func:`~fedcompanion.verdict.words`; the forest plot's data), paper by paper
+    the item's word within its claim (:func:`~fedcompanion.decision.words`; the forest plot's data), paper by paper
     in the order of ``papers``."""
     rows = []
     for paper in papers:

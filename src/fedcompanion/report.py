@@ -17,9 +17,11 @@ from pathlib import Path
 
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
+from .decision import decide, explain
 from .forest import FOREST, write_forest
+from .timings import read_timings
 from .validation import ConfigError
-from .verdict import VERDICTS, Evidence, decide, explain, from_dict
+from .verdict import VERDICTS, Evidence, from_dict
 
 PAPERS = {
     "FedVRA": "Wang et al., *Beyond ADMM: a unified client-variance-reduced adaptive FL framework* (AAAI 2023)",
@@ -45,6 +47,7 @@ class Claim:
         deviations: where the runs depart from the paper or the authors' code, and reconstructions.
         reconstruction: the experiment is ours (the paper does not give it): the rule says "holds (our
             reconstruction)" where it would say "reproduces".
+        controls: the test applied to what the claim excludes; unless each is rejected, "not testable here".
     """
 
     id: str
@@ -56,18 +59,24 @@ class Claim:
     settings: str = ""
     deviations: str = ""
     reconstruction: bool = False
+    controls: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.paper not in PAPERS:
             raise ValueError(f"paper must be one of {list(PAPERS)}, got {self.paper!r}")
-        self.evidence = [e if isinstance(e, Evidence) else from_dict(e) for e in self.evidence]
+        self.evidence, self.controls = ([e if isinstance(e, Evidence) else from_dict(e) for e in items]
+                                        for items in (self.evidence, self.controls))
         if not self.evidence:
             raise ValueError(f"claim {self.id!r} has no evidence: the verdict rule needs at least one item")
 
     @property
     def verdict(self) -> str:
-        """The word, from the evidence by :func:`fedcompanion.verdict.decide`."""
-        return decide(self.evidence, self.reconstruction)
+        """The word, from the evidence by :func:`fedcompanion.decision.decide`."""
+        return decide(self.evidence, self.reconstruction, self.controls)
+
+    def explain(self) -> str:
+        """Where it holds and where not, and its controls (:func:`fedcompanion.decision.explain`)."""
+        return explain(self.evidence, self.controls)
 
 
 @dataclass
@@ -100,13 +109,13 @@ class Recorded:
     def __repr__(self) -> str:
         out = [f"{self.summary.title} ({self.summary.profile} profile; summary {self.path})"]
         for c in self.summary.claims:
-            out += [f"{c.id}: {c.verdict} ({explain(c.evidence)})"] + [f"    {e.describe()}" for e in c.evidence]
+            out += [f"{c.id}: {c.verdict} ({c.explain()})"] + [f"    {e.describe()}" for e in c.evidence]
         return "\n".join(out)
 
     def _repr_markdown_(self) -> str:
-        out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.verdict`):", ""]
+        out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.decision`):", ""]
         for c in self.summary.claims:
-            out += [f"* **{c.verdict}**: {_escape(c.claim)} (`{c.id}`; {_escape(explain(c.evidence))})"]
+            out += [f"* **{c.verdict}**: {_escape(c.claim)} (`{c.id}`; {_escape(c.explain())})"]
             out += [f"  * {_escape(e.describe())}" for e in c.evidence]
         return "\n".join(out)
 
@@ -133,7 +142,8 @@ def load_summaries(results_dir: str | Path) -> list[Summary]:
 
 
 _CLAIM_FIELDS = {"id": (str,), "paper": (str,), "claim": (str,), "figures": (list,), "evidence": (list,),
-                 "numbers": (str,), "settings": (str,), "deviations": (str,), "reconstruction": (bool,)}
+                 "numbers": (str,), "settings": (str,), "deviations": (str,), "reconstruction": (bool,),
+                 "controls": (list,)}
 _TUNED_FIELDS = {"default": (dict,), "default_score": (float,), "value": (dict,), "score": (float,),
                  "at_edge": (list,), "grid": (dict,)}
 
@@ -165,45 +175,6 @@ def read_summary(path: Path) -> Summary:
     return Summary(**{**data, "claims": claims})
 
 
-def read_timings(results_dir: str | Path) -> dict:
-    """``_timings.json``: the machine, each notebook's wall time and (after a full reproduction) its elapsed
-    time and how many notebooks ran at once."""
-    path = summaries_dir(results_dir) / "_timings.json"
-    if not path.exists():
-        return {"notebooks": {}, "machine": "?"}
-    data = read_json(path, "timings file")
-    _field(data, "machine", (str,), path, default="?")
-    for name in _field(data, "notebooks", (dict,), path, default={}):
-        _field(data["notebooks"], name, (float,), path, where="notebooks")
-    _field(data, "elapsed", (float, type(None)), path, default=None)
-    _field(data, "parallel", (int, type(None)), path, default=None)
-    return data
-
-
-def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed: float | None = None,
-                  parallel: int | None = None) -> None:
-    """Merge notebook wall times (seconds) into ``_timings.json`` with a description of the machine; ``elapsed``
-    (a whole reproduction, ``parallel`` notebooks at a time) replaces the previous one."""
-    path = summaries_dir(results_dir) / "_timings.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = read_timings(results_dir)
-    notebooks = {**old.get("notebooks", {}), **{k: round(v, 1) for k, v in timings.items()}}
-    data = {"machine": machine(), "notebooks": dict(sorted(notebooks.items()))}
-    if elapsed is not None:
-        data["elapsed"], data["parallel"] = round(elapsed, 1), parallel
-    elif "elapsed" in old:
-        data["elapsed"], data["parallel"] = old["elapsed"], old.get("parallel")
-    write_atomic(path, json.dumps(data, indent=1) + "\n")
-
-
-def machine() -> str:
-    """The machine, in one line, as the report names it."""
-    from .experiments import RUN_THREADS
-    from .machine import describe
-
-    return f"{describe()}, {RUN_THREADS} torch thread(s) per run and per notebook kernel"
-
-
 def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -218,7 +189,7 @@ def claims_table(summaries: list[Summary]) -> str:
                 if c.paper != paper:
                     continue
                 rows.append(f"| {paper} | {_escape(c.claim)} | **{c.verdict}** | {_seeds(c)} | "
-                            f"{_escape(explain(c.evidence))} | `{s.notebook}` |")
+                            f"{_escape(c.explain())} | `{s.notebook}` |")
     return "\n".join(rows)
 
 

@@ -212,7 +212,7 @@ def _execute_all(todo, runs, params, jobs, threads, parallel, out_dir, results, 
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
-    from .report import write_timings
+    from .timings import write_timings
 
     with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
         futures = {}
@@ -239,7 +239,8 @@ def _execute_all(todo, runs, params, jobs, threads, parallel, out_dir, results, 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fedcompanion.reproduce``: execute the notebooks, record their times, write the report."""
-    from .report import read_timings, write_report, write_timings
+    from .report import write_report
+    from .timings import read_timings, write_timings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=["paper", "smoke"], default="paper")

@@ -120,8 +120,8 @@ def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[s
         raise NoSummaries(f"no notebook summaries in {results}: run `make reproduce` first")
     parts = ["## The verdicts", "",
              "Every seeded comparison behind a verdict: the effect relative to the baseline with its 95% interval "
-             "and n (right of 0: the claimed direction). Each word comes from the rule in `fedcompanion.verdict`; "
-             "the [reproduction report](REPRODUCTION.md) has every number.", "",
+             "and n (right of 0: the claimed direction). Each word comes from the rule in `fedcompanion.verdict` "
+             "and `fedcompanion.decision`; the [reproduction report](REPRODUCTION.md) has every number.", "",
              f"![The verdicts' effects and intervals](figures/{FOREST}.png)", "", claims_table(summaries), ""]
     arena = shown_arena(summaries)
     ranking = figure_name("ranking", arena.notebook) if arena else ""

@@ -1,0 +1,48 @@
+"""The reproduction's wall times: ``<results>/summaries/_timings.json`` (each notebook's seconds, the whole run's
+elapsed time and the machine that measured them)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .atomic import field as _field
+from .atomic import read_json, write_atomic
+
+
+def read_timings(results_dir: str | Path) -> dict:
+    """``_timings.json``: the machine, each notebook's wall time and (after a full reproduction) its elapsed
+    time and how many notebooks ran at once."""
+    path = Path(results_dir) / "summaries" / "_timings.json"
+    if not path.exists():
+        return {"notebooks": {}, "machine": "?"}
+    data = read_json(path, "timings file")
+    _field(data, "machine", (str,), path, default="?")
+    for name in _field(data, "notebooks", (dict,), path, default={}):
+        _field(data["notebooks"], name, (float,), path, where="notebooks")
+    _field(data, "elapsed", (float, type(None)), path, default=None)
+    _field(data, "parallel", (int, type(None)), path, default=None)
+    return data
+
+
+def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed: float | None = None,
+                  parallel: int | None = None) -> None:
+    """Merge notebook wall times (seconds) into ``_timings.json`` with a description of the machine; ``elapsed``
+    (a whole reproduction, ``parallel`` notebooks at a time) replaces the previous one."""
+    path = Path(results_dir) / "summaries" / "_timings.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = read_timings(results_dir)
+    notebooks = {**old.get("notebooks", {}), **{k: round(v, 1) for k, v in timings.items()}}
+    data = {"machine": machine(), "notebooks": dict(sorted(notebooks.items()))}
+    if elapsed is not None:
+        data["elapsed"], data["parallel"] = round(elapsed, 1), parallel
+    elif "elapsed" in old:
+        data["elapsed"], data["parallel"] = old["elapsed"], old.get("parallel")
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def machine() -> str:
+    """The machine, in one line, as the report names it."""
+    from .experiments import RUN_THREADS
+    from .machine import describe
+
+    return f"{describe()}, {RUN_THREADS} torch thread(s) per run and per notebook kernel"

@@ -1,4 +1,4 @@
-"""CEADMM/ICEADMM solver benchmark: fedcompanion's ``solve()`` with its default arguments against the authors'
+"""CEADMM/ICEADMM solver benchmark: ``fc.run`` with the ADMM family's default arguments against the authors'
 MATLAB code run under GNU Octave, on the same problems, side by side, in one run.
 
     python benchmarks/ceadmm.py                                  # fedcompanion only
@@ -41,7 +41,7 @@ PROBLEMS = {
 def ours(task, method, k0, hp, iterations, record_every=1):
     algo = fc.make(method, k0=k0, **hp)
     tic = time.perf_counter()
-    result = algo.solve(task, iterations=iterations, record_every=record_every)
+    result = fc.run(task, algo, iterations, eval_every=record_every)
     return time.perf_counter() - tic, result.metric("objective_y").to_numpy()
 
 

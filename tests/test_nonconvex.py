@@ -95,7 +95,7 @@ def test_iceadmm_on_a_non_convex_task_is_algorithm_5(small, k0):
         return (w * r[i] * x + s * y - w * small.client_grad(i, x) - pi) / (w * r[i] + s)
 
     y, steps = _by_hand(small, 40, k0, sigma, step, _start(small, 2, 1.5))
-    result = fc.make("iceadmm", k0=k0, sigma=sigma.tolist(), init_scale=1.5).solve(small, 40, seed=2)
+    result = fc.run(small, fc.make("iceadmm", k0=k0, sigma=sigma.tolist(), init_scale=1.5), 40, seed=2)
     assert torch.allclose(result.params, y, rtol=0, atol=1e-12)
     assert torch.allclose(torch.tensor(result.metric("step_sq").values, dtype=torch.float64),
                           torch.tensor(steps, dtype=torch.float64),
@@ -122,14 +122,14 @@ def test_ceadmm_on_a_non_convex_task_solves_each_local_problem(small, k0):
         return z
 
     y, _ = _by_hand(small, 12, k0, sigma, step, _start(small, 5, 2.0))
-    result = fc.make("ceadmm", k0=k0, sigma=sigma.tolist(), init_scale=2.0).solve(small, 12, seed=5)
+    result = fc.run(small, fc.make("ceadmm", k0=k0, sigma=sigma.tolist(), init_scale=2.0), 12, seed=5)
     assert torch.allclose(result.params, y, rtol=0, atol=1e-9)
 
 
 def test_non_convex_runs_converge_to_a_stationary_point(small):
-    result = fc.make("iceadmm", k0=2, init_scale=2.0, sigma=(2 * ClientBlocks.from_task(small).weights
+    result = fc.run(small, fc.make("iceadmm", k0=2, init_scale=2.0, sigma=(2 * ClientBlocks.from_task(small).weights
                                                             * ClientBlocks.from_task(small).lipschitz()).tolist()
-                     ).solve(small, 3000, tol=1e-20, seed=0)
+                     ), 3000, tol=1e-20, seed=0)
     assert result.status == "converged"
     grad = sum(float(w) * small.client_grad(i, result.params) for i, w in enumerate(small.weights.double()))
     assert float((grad**2).sum()) < 1e-16
@@ -139,7 +139,7 @@ def test_refusals(small):
     with pytest.raises(ConfigError, match="nonconvex"):
         fc.run(small, fc.make("fedavg"), rounds=1)
     with pytest.raises(ConfigError, match="not convex: with nonconvex"):
-        fc.make("ceadmm", sigma=1e-6).solve(small, 2)
+        fc.run(small, fc.make("ceadmm", sigma=1e-6), 2)
     with pytest.raises(ConfigError, match="nonconvex"):
         fc.tasks.least_squares_task(num_clients=4, dim=3, nonconvex=-1.0)
     with pytest.raises(ConfigError, match="init_scale"):
@@ -147,9 +147,9 @@ def test_refusals(small):
 
 
 def test_a_random_start_is_the_seeds(small):
-    a = fc.make("iceadmm", init_scale=1.0).solve(small, 3, seed=1)
-    b = fc.make("iceadmm", init_scale=1.0).solve(small, 3, seed=1)
-    c = fc.make("iceadmm", init_scale=1.0).solve(small, 3, seed=2)
+    a = fc.run(small, fc.make("iceadmm", init_scale=1.0), 3, seed=1)
+    b = fc.run(small, fc.make("iceadmm", init_scale=1.0), 3, seed=1)
+    c = fc.run(small, fc.make("iceadmm", init_scale=1.0), 3, seed=2)
     assert torch.equal(a.params, b.params) and not torch.equal(a.params, c.params)
-    zero = fc.make("iceadmm").solve(small, 3, seed=1)  # init_scale 0: the authors' zero start, any seed
-    assert torch.equal(zero.params, fc.make("iceadmm").solve(small, 3, seed=2).params)
+    zero = fc.run(small, fc.make("iceadmm"), 3, seed=1)  # init_scale 0: the authors' zero start, any seed
+    assert torch.equal(zero.params, fc.run(small, fc.make("iceadmm"), 3, seed=2).params)

@@ -159,7 +159,7 @@ def cmd_list(args) -> int:
 
     print("algorithms (fc.make(name, ...)):")
     for name, cls in sorted(REGISTRY.items()):
-        kind = "" if issubclass(cls, Algorithm) else "  [full-batch solver: .solve(task, iterations)]"
+        kind = "" if issubclass(cls, Algorithm) else "  [full-batch: every client, every iteration]"
         print(f"  {name:12s} {_signature(cls)}{kind}")
     print("\ntasks (ExperimentConfig(task=name, task_args={...})):")
     for name, builder in TASKS.items():

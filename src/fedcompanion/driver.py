@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .algorithms.base import is_engine_algorithm
+from .algorithms.base import is_engine_algorithm, is_full_batch
 from .engine import DEFAULT_ENGINE, ENGINES
 from .engine.sampling import make_sampler
 from .engine.schedule import LocalWork
@@ -27,6 +27,7 @@ from .protocol import (
     RoundInfo,
     RunResult,
     State,
+    Watch,
     floats,
     has_diverged,
     zero_rows,
@@ -37,25 +38,29 @@ from .validation import ConfigError, check_choice, check_device, check_number
 
 def _check_engine_task(task) -> None:
     """The engines train the data term and the l2 term; a task with the non-convex regulariser is refused."""
-    if not isinstance(task, Task):
-        raise ConfigError(f"task must be a fedcompanion Task (see fc.tasks), got {type(task).__name__}")
     if task.nonconvex:
         raise ConfigError(f"task {task.name!r} has nonconvex={task.nonconvex}: the engines do not train the "
-                          "non-convex regulariser; the ADMM family's solve(task, iterations) does")
+                          "non-convex regulariser; the ADMM family (fc.make('ceadmm'), 'iceadmm', ...) does")
 
 
-def _check_run_arguments(task, algorithm, local, init, extra_metrics):
-    _check_engine_task(task)
+def _check_common_arguments(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor, tol,
+                            device) -> None:
+    """What every run is checked for, whatever drives it."""
+    if not isinstance(task, Task):
+        raise ConfigError(f"task must be a fedcompanion Task (see fc.tasks), got {type(task).__name__}")
     if isinstance(algorithm, str):
         raise ConfigError(f"algorithm must be an algorithm object, e.g. fc.make({algorithm!r}), not a str")
-    if not is_engine_algorithm(algorithm):
-        name = getattr(algorithm, "name", type(algorithm).__name__)
-        if hasattr(algorithm, "solve"):
-            raise ConfigError(f"{name} runs full-batch with its own solver: use "
-                              f"fc.make({name!r}, ...).solve(task, iterations) instead of fc.run")
+    if not (is_engine_algorithm(algorithm) or is_full_batch(algorithm)):
         raise ConfigError(f"algorithm must be made by fc.make(...), got {type(algorithm).__name__}")
-    if local is not None and not isinstance(local, LocalWork):
-        raise ConfigError(f"local must be a fc.LocalWork(...), got {type(local).__name__}")
+    check_number("rounds", rounds, low=1, integer=True)
+    check_number("seed", seed, low=0, integer=True)
+    check_number("eval_every", eval_every, low=1, integer=True)
+    if divergence_factor is not None:
+        check_number("divergence_factor", divergence_factor, low=1.0)
+    if tol is not None:
+        check_number("tol", tol, low=0.0, low_open=True)
+    if device is not None:
+        check_device(device)
     if init is not None:
         if not isinstance(init, torch.Tensor):
             raise ConfigError(f"init must be a torch tensor of shape ({task.num_params},), got {type(init).__name__}")
@@ -67,6 +72,24 @@ def _check_run_arguments(task, algorithm, local, init, extra_metrics):
     if extra_metrics is not None:
         if not isinstance(extra_metrics, dict) or not all(callable(f) for f in extra_metrics.values()):
             raise ConfigError("extra_metrics must be a dict of name -> function of the global model")
+
+
+def _check_engine_arguments(task, algorithm, local, lr, engine, eval_train, tol) -> None:
+    """What an engine run is checked for besides :func:`_check_common_arguments`."""
+    _check_engine_task(task)
+    if tol is not None:
+        raise ConfigError(f"tol stops a run on ||grad f||^2, which {algorithm.name}'s rounds do not compute; it "
+                          "applies to the ADMM family")
+    if local is not None and not isinstance(local, LocalWork):
+        raise ConfigError(f"local must be a fc.LocalWork(...), got {type(local).__name__}")
+    check_number("lr", lr, low=0.0, low_open=True)
+    if not math.isfinite(lr):
+        raise ConfigError(f"lr must be finite, got {lr}")
+    check_choice("engine", engine, ENGINES)
+    if not isinstance(eval_train, bool):
+        raise ConfigError(f"eval_train must be True or False, got {eval_train!r}")
+    if not eval_train and task.test is None:
+        raise ConfigError("eval_train=False needs a task with a test set (divergence is judged on the test loss)")
 
 
 MOMENTUM = "local_momentum"  # the client-state entry holding a carried local-optimiser momentum buffer
@@ -187,6 +210,43 @@ class Recorder(History):
         return values["train_loss" if self.eval_train else "test_loss"]
 
 
+def run_rounds(rounds: int, play: Callable[[int], Watch], evaluate: Callable[[int, float], float | None], *,
+               eval_every: int = 1, evaluate_start: bool = True, divergence_factor: float | None = DIVERGENCE_FACTOR,
+               tol: float | None = None, name: str = "", progress: bool = False) -> tuple[str, int | None]:
+    """The one round loop: every run (in-process, Flower's server, the ADMM family) is ``play`` handed to it.
+
+    ``play(r)`` does round r's work (timed: the seconds are summed into the compute time) and returns a
+    :class:`Watch`; ``evaluate(r, compute_time)`` records the model after r rounds (untimed) and returns the loss
+    divergence is judged on, or ``None``. Evaluations: at round 0 (``evaluate_start``), every ``eval_every`` rounds,
+    after the last, and at the round that stops the run, unless its model is not finite. The run stops as
+    ``converged`` once a round's stationarity is below ``tol``, and as ``diverged`` once its model is not finite or
+    a judged loss exceeds ``divergence_factor`` times the first one (:func:`~fedcompanion.protocol.has_diverged`;
+    the first: round 0's evaluation, else the first round's own loss). Returns ``(status, diverged_round)``.
+    """
+    compute, initial = 0.0, None
+    if evaluate_start:
+        initial = evaluate(0, compute)
+    bar = tqdm(range(rounds), desc=name, disable=not progress, leave=False)
+    for r in bar:
+        tic = time.perf_counter()
+        watch = play(r)
+        compute += time.perf_counter() - tic
+        loss = watch.loss if watch.finite else math.nan
+        initial = loss if initial is None else initial
+        converged = tol is not None and watch.stationarity is not None and watch.stationarity < tol
+        diverged = loss is not None and has_diverged(loss, initial, divergence_factor)
+        if watch.finite and ((r + 1) % eval_every == 0 or r + 1 == rounds or converged or diverged):
+            evaluated = evaluate(r + 1, compute)
+            if evaluated is not None:
+                bar.set_postfix(loss=f"{evaluated:.4g}", refresh=False)
+                diverged = diverged or has_diverged(evaluated, initial, divergence_factor)
+        if converged:
+            return "converged", None
+        if diverged:
+            return "diverged", r + 1
+    return "ok", None
+
+
 def run(
     task,
     algorithm,
@@ -203,11 +263,12 @@ def run(
     extra_metrics: dict[str, Callable[[torch.Tensor], float]] | None = None,
     init: torch.Tensor | None = None,
     divergence_factor: float | None = DIVERGENCE_FACTOR,
+    tol: float | None = None,
     eval_train: bool = True,
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> RunResult:
-    """Train ``algorithm`` on ``task`` for ``rounds`` communication rounds.
+    """Train ``algorithm`` on ``task`` for ``rounds`` communication rounds (the ADMM family: iterations).
 
     Args:
         clients_per_round: m; ``None`` means full participation.
@@ -225,11 +286,17 @@ def run(
         init: initial global model (default: the task's initialisation under ``seed``).
         divergence_factor: stop and report ``diverged`` once the training loss exceeds this multiple of its
             initial value (``None``: only on NaN/inf).
+        tol: stop and report ``converged`` once a round's ||grad f||^2 falls below ``tol`` (the ADMM family's
+            rounds report it; ``None``: run every round).
         eval_train: evaluate on every client's training data (``train_loss``, ``train_accuracy``, and the fairness
             metrics where the task has no held-out splits). ``False`` saves that pass (the one that dominates an
             evaluation) for runs that need only the test metrics; divergence is then judged on the test loss.
         device: run on this device (``"cpu"``, ``"cuda"``); default: where the task is.
         progress: show a progress bar.
+
+    The ADMM family (``fc.make("ceadmm", k0=10)``, ...) runs full-batch with every client in every iteration and
+    its own local step: ``clients_per_round``, ``engine``, ``lr``, ``local``, ``sampling``, ``per_client_metrics``
+    and ``eval_train`` do not apply to it (see :mod:`fedcompanion.algorithms.ceadmm` for what it records).
 
     The first run in a process asks glibc's malloc to keep freed blocks for reuse (:mod:`fedcompanion.memory`;
     ``FEDCOMPANION_SYSTEM_MALLOC=1`` opts out): where memory comes from, never the numbers.
@@ -239,46 +306,61 @@ def run(
     :mod:`fedcompanion.metrics`, ``uploaded_floats``/``downloaded_floats`` (counted from the messages) and
     the extra metrics. Seconds of computation are in ``result.timing``.
     """
-    _check_run_arguments(task, algorithm, local, init, extra_metrics)
-    check_number("rounds", rounds, low=1, integer=True)
-    check_number("lr", lr, low=0.0, low_open=True)
-    if not math.isfinite(lr):
-        raise ConfigError(f"lr must be finite, got {lr}")
-    check_number("seed", seed, low=0, integer=True)
-    check_number("eval_every", eval_every, low=1, integer=True)
-    if divergence_factor is not None:
-        check_number("divergence_factor", divergence_factor, low=1.0)
-    check_choice("engine", engine, ENGINES)
-    if device is not None:
-        check_device(device)
+    _check_common_arguments(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor,
+                            tol, device)
     task = task if device is None else task.to(device)
+    if is_full_batch(algorithm):
+        return _run_full_batch(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor,
+                               tol, progress, clients_per_round=clients_per_round, local=local, sampling=sampling)
+    _check_engine_arguments(task, algorithm, local, lr, engine, eval_train, tol)
     local = local or LocalWork(epochs=1.0)
     schedule = Schedule(task, sampling, clients_per_round, local, seed, lr)
     x0 = task.init_params(seed) if init is None else init.to(task.device, task.dtype).clone()
     state = initial_state(task, algorithm, x0, local)
-    if not isinstance(eval_train, bool):
-        raise ConfigError(f"eval_train must be True or False, got {eval_train!r}")
-    if not eval_train and task.test is None:
-        raise ConfigError("eval_train=False needs a task with a test set (divergence is judged on the test loss)")
     recorder = Recorder(task, extra_metrics, per_client_metrics, eval_train)
     reuse_freed_memory()
     comm = {"uploaded_floats": 0, "downloaded_floats": 0}
-    status, diverged_round, compute_time = "ok", None, 0.0
     start = time.perf_counter()
-    initial_loss = recorder.evaluate(0, state.x, comm, compute_time)
-    bar = tqdm(range(rounds), desc=algorithm.name, disable=not progress, leave=False)
-    for r in bar:
-        tic = time.perf_counter()
+
+    def play(r: int) -> Watch:
+        nonlocal state
         info = schedule.info(r)
         state, received, uploads, _ = play_round(task, algorithm, state, info, engine=engine, seed=seed, local=local)
         comm["uploaded_floats"] += floats(uploads)
         comm["downloaded_floats"] += len(info.clients) * floats(received)
-        compute_time += time.perf_counter() - tic
-        loss = 0.0 if bool(torch.isfinite(state.x).all()) else math.nan
-        if not math.isnan(loss) and ((r + 1) % eval_every == 0 or r + 1 == rounds):
-            loss = recorder.evaluate(r + 1, state.x, comm, compute_time)
-            bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
-        if has_diverged(loss, initial_loss, divergence_factor):
-            status, diverged_round = "diverged", r + 1
-            break
+        return Watch(finite=bool(torch.isfinite(state.x).all()))
+
+    status, diverged_round = run_rounds(
+        rounds, play, lambda r, compute: recorder.evaluate(r, state.x, comm, compute), eval_every=eval_every,
+        divergence_factor=divergence_factor, name=algorithm.name, progress=progress)
     return recorder.result(state.x, status, diverged_round, time.perf_counter() - start)
+
+
+def _run_full_batch(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor, tol, progress,
+                    **engine_only) -> RunResult:
+    """The ADMM family on the loop: ``algorithm.start`` (its state), ``step`` (one iteration, a new state and its
+    :class:`Watch`), ``metrics`` (what an evaluation records) and ``params`` (the global model)."""
+    defaults = {"clients_per_round": None, "local": None, "sampling": "uniform"}
+    for name, value in engine_only.items():
+        if value is not defaults[name] and value != defaults[name]:
+            raise ConfigError(f"{name} does not apply to {algorithm.name}: the ADMM family runs every client in "
+                              f"every iteration with its own local step; leave {name} at {defaults[name]!r}")
+    start = time.perf_counter()
+    state = algorithm.start(task, init, seed)
+    history = History()
+
+    def play(r: int) -> Watch:
+        nonlocal state
+        state, watch = algorithm.step(state, r)
+        return watch
+
+    def evaluate(r: int, compute: float) -> None:
+        values = algorithm.metrics(state)
+        for name, fn in (extra_metrics or {}).items():
+            values[name] = float(fn(algorithm.params(state)))
+        history.record(r, values, compute)
+
+    status, diverged_round = run_rounds(rounds, play, evaluate, eval_every=eval_every, evaluate_start=False,
+                                        divergence_factor=divergence_factor, tol=tol, name=algorithm.name,
+                                        progress=progress)
+    return history.result(algorithm.params(state), status, diverged_round, time.perf_counter() - start)

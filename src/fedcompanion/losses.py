@@ -22,11 +22,30 @@ import torch.nn.functional as F
 from .validation import ConfigError
 
 
+def output_gradient(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, kernel: str) -> torch.Tensor:
+    r"""d (sum_j w_j loss_j) / d z for outputs z [..., B, C], targets y [..., B] and weights w [..., B], in closed form
+    for the loss whose :attr:`Loss.kernel` is ``kernel``: softmax(z) - onehot(y) (``cross_entropy``),
+    sigmoid(z) - y (``logistic``), z - y (``squared``), each times w. The one maths block behind
+    :meth:`Loss.output_gradient` and the engines' fused kernels (TorchScript compiles it, so it takes the code, not
+    the loss object)."""
+    if kernel == "cross_entropy":
+        g = torch.softmax(z, -1)
+        target = y.unsqueeze(-1)
+        g.scatter_add_(-1, target, torch.full_like(target, -1.0, dtype=g.dtype))
+    elif kernel == "logistic":
+        g = torch.sigmoid(z) - y.unsqueeze(-1)
+    else:  # squared
+        g = z - y.unsqueeze(-1)
+    return g.mul_(w.unsqueeze(-1))
+
+
 class Loss:
     """A per-sample loss with what evaluation, validation and the convex solvers need of it (module docstring)."""
     name = "loss"
     labelled = False  # predicts labels, so accuracy means something
     linear = False  # has phi, phi', phi'' of a linear predictor (see module docstring)
+    quadratic = False  # phi'' is constant: one Newton step solves it
+    kernel: str | None = None  # the closed form of :func:`output_gradient` (the engines' fused kernels need one)
     curvature_bound = float("nan")
     target_ndim = 1  # one target per row (clustering's are rows of assignments)
 
@@ -46,6 +65,17 @@ class Loss:
         """What each row's private-block weights weigh, one cost per class [n, C] (the two-block algorithm's
         assignment step): by default the model's outputs themselves (clustering's squared distances)."""
         return out
+
+    def output_gradient(self, z: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """d (sum_j w_j per_sample_j) / d z for outputs z [..., B, C], targets y (one per row of z) and weights w
+        [..., B]: the closed form of :func:`output_gradient` where the loss declares a ``kernel``, else autograd."""
+        if self.kernel is not None:
+            return output_gradient(z, y, w, self.kernel)
+        lead = z.shape[:-1]
+        with torch.enable_grad():
+            z = z.detach().requires_grad_(True)
+            rows = self.per_sample(z.reshape(-1, z.shape[-1]), y.reshape(-1, *y.shape[len(lead):]))
+            return torch.autograd.grad((w.reshape(-1) * rows).sum(), z)[0]
 
     def check_targets(self, y: torch.Tensor, where: str) -> None:
         """Raise a ConfigError, naming ``where``, on targets this loss cannot use."""
@@ -82,7 +112,7 @@ class Loss:
 class CrossEntropy(Loss):
     """Softmax cross-entropy over C classes; integer labels in {0..C-1}."""
 
-    name = "cross_entropy"
+    name = kernel = "cross_entropy"
     labelled = True
 
     def per_sample(self, out, y):
@@ -110,7 +140,7 @@ class CrossEntropy(Loss):
 class Logistic(Loss):
     r"""Binary logistic loss :math:`\phi(z, y) = \log(1 + e^z) - y z`, y in {0, 1}; curvature <= 1/4."""
 
-    name = "logistic"
+    name = kernel = "logistic"
     labelled = True
     linear = True
     curvature_bound = 0.25
@@ -140,8 +170,8 @@ class Logistic(Loss):
 class Squared(Loss):
     r"""Least squares :math:`\phi(z, y) = \tfrac12 (z - y)^2`; curvature 1."""
 
-    name = "squared"
-    linear = True
+    name = kernel = "squared"
+    linear = quadratic = True
     curvature_bound = 1.0
 
     def per_sample(self, out, y):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -271,6 +271,14 @@ def floats(message: Mapping[str, torch.Tensor]) -> int:
 
 GLOBAL = -1  # the ``client`` value of history rows that describe the global model, not one client
 DIVERGENCE_FACTOR = 1e3  # a run whose loss exceeds this multiple of its initial loss is called diverged
+
+
+class Watch(NamedTuple):
+    """What one round tells the driver's stopping rules (:func:`fedcompanion.driver.run_rounds`)."""
+
+    finite: bool = True  # the model is finite (else the run has diverged, and is not evaluated)
+    loss: float | None = None  # a loss the round computed itself (the ADMM family's f(y)), judged for divergence
+    stationarity: float | None = None  # ||grad f||^2 at the round's point (the ADMM family's), judged against tol
 
 
 def has_diverged(loss: float, initial: float, factor: float | None = DIVERGENCE_FACTOR) -> bool:

@@ -71,7 +71,7 @@ class ClientBlocks:
     def uses_gram(self) -> bool:
         """Least squares with n <= d_max: values and gradients from H_i = A_i^T A_i / d_i, one pass over
         [m, n, n] instead of two over [m, D, n]."""
-        return self.loss.name == "squared" and self.a.shape[2] <= self.a.shape[1]
+        return self.loss.quadratic and self.a.shape[2] <= self.a.shape[1]
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """A_i x_i: [m, D] (zero on padding rows)."""

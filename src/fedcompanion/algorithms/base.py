@@ -29,8 +29,20 @@ class ServerState:
 Messages = dict[str, torch.Tensor]
 
 
-class Algorithm:
-    """Base class. Subclasses set ``name`` and implement the round functions.
+class Described:
+    """What every algorithm says of itself: its hyperparameters (the constructor's arguments) and its repr."""
+
+    def hyperparameters(self) -> dict:
+        """The constructor arguments (for results tables and cache keys)."""
+        return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
+        return f"{type(self).__name__}({args})"
+
+
+class Algorithm(Described):
+    """Base class of the engine algorithms. Subclasses set ``name`` and implement the round functions.
 
     Attributes:
         name: registry name.
@@ -84,15 +96,6 @@ class Algorithm:
         new_clients, uploads = self.client_update(task, self.broadcast(state), clients, info, result)
         return state.updated(self.server_update(state.server, info, uploads), info.clients, new_clients)
 
-    # ------------------------------------------------------------------ description
-    def hyperparameters(self) -> dict:
-        """The constructor arguments (for results tables and cache keys)."""
-        return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
-        return f"{type(self).__name__}({args})"
-
 
 def delta(received: Messages, result: LocalResult) -> torch.Tensor:
     """Delta_i = x_i - x_0 of the active clients, [K, P]."""
@@ -111,8 +114,22 @@ def register(cls: type) -> type:
     return cls
 
 
+class FullBatch(Described):
+    """An algorithm that runs every client in every iteration with a local step of its own (the ADMM family), on
+    the driver's loop like any other: ``start(task, init, seed) -> state``; ``step(state, k) -> (state, watch)``
+    (iteration k and its :class:`~fedcompanion.protocol.Watch`); ``metrics(state)`` (what an
+    evaluation records) and ``params(state)`` (the global model)."""
+
+    name = "full_batch"
+
+
+def is_full_batch(algorithm) -> bool:
+    """Whether ``fc.run`` drives it full-batch (the ADMM family)."""
+    return isinstance(algorithm, FullBatch)
+
+
 def is_engine_class(cls: type) -> bool:
-    """Whether ``fc.run`` drives instances of ``cls`` (the ADMM family runs full-batch with its own ``solve``)."""
+    """Whether ``fc.run`` drives instances of ``cls`` through an engine (the ADMM family runs full-batch)."""
     return isinstance(cls, type) and issubclass(cls, Algorithm)
 
 
@@ -127,5 +144,5 @@ def make(name: str, **hyperparameters):
 
 
 def is_engine_algorithm(algorithm) -> bool:
-    """Whether ``fc.run`` can drive it (the ADMM family runs full-batch with its own ``solve``)."""
+    """Whether ``fc.run`` drives it through an engine (the ADMM family runs full-batch)."""
     return isinstance(algorithm, Algorithm)

@@ -54,16 +54,17 @@ drawn with the run's seed (default: zeros, the authors' start).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from ..protocol import DIVERGENCE_FACTOR, History, RunResult, has_diverged
-from ..validation import ConfigError, check_choice, check_device, check_number
+from ..protocol import Watch
+from ..validation import ConfigError, check_choice, check_number
 from .admm_blocks import ClientBlocks, batched_cg, bmv
-from .base import register
+from .base import FullBatch, register
 
 SOLVERS = ("exact", "linearized_server", "linearized_local")
 CURVATURES = ("lipschitz", "gram")
@@ -80,9 +81,30 @@ def default_penalties(blocks: ClientBlocks, k0: int, r: torch.Tensor) -> torch.T
 METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "step_sq", "comm_rounds", "test_accuracy")
 
 
-class ConsensusADMM:
-    """The family above. Not an engine algorithm: it runs full-batch on convex tasks with its own
-    vectorised solver, ``algorithm.solve(task, iterations)``."""
+@dataclass(frozen=True)
+class ADMMState:
+    """A run of the family between two iterations (a new one each iteration; ``cache`` holds the factors of the
+    local solves, computed in the first iteration that needs them and shared from then on)."""
+
+    task: Any
+    blocks: ClientBlocks
+    r: torch.Tensor  # the Lipschitz constants r_i
+    sigma: torch.Tensor  # the penalties sigma_i
+    x: torch.Tensor  # the local copies x_i, [m, n]
+    pi: torch.Tensor  # the multipliers pi_i, [m, n]
+    y: torch.Tensor | None  # the server point (None before the first communication)
+    grad_x: torch.Tensor  # grad f_i(x_i), what ICEADMM's next step linearises at
+    f_x: torch.Tensor | None = None  # f_i(x_i) where the step computed it
+    before: tuple = (None, None, None)  # (x, pi, y) before the last iteration
+    comm: int = 0  # communications so far
+    f_y: float = math.nan
+    grad_sq_y: float = math.nan
+    cache: dict = field(default_factory=dict)
+
+
+class ConsensusADMM(FullBatch):
+    """The family above: full-batch, every client in every iteration, on the driver's loop
+    (``fc.run(task, fc.make("iceadmm", k0=10), rounds=...)``, a round being one iteration)."""
 
     name = "consensus_admm"
     solver = "exact"
@@ -110,12 +132,6 @@ class ConsensusADMM:
         self.gram_r = check_number("gram_r", gram_r, low=0.0, low_open=True)
         self.init_scale = check_number("init_scale", init_scale, low=0.0)
 
-    def hyperparameters(self) -> dict:
-        """The constructor's arguments with their values (what a config records)."""
-        import inspect
-
-        return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
-
     def penalties(self, blocks: ClientBlocks, r: torch.Tensor) -> torch.Tensor:
         """sigma_i for every client: w_i / gamma if gamma is given, else the given sigma, else the paper's default from
         the Lipschitz constants r."""
@@ -131,7 +147,7 @@ class ConsensusADMM:
     # ------------------------------------------------------------------ local updates
     def _exact(self, b: ClientBlocks, x, y, pi, sigma, cache):
         w = b.weights[:, None]
-        quadratic = b.loss.name == "squared" and not b.nonconvex
+        quadratic = b.loss.quadratic and not b.nonconvex
         if quadratic and self.local_solver == "cg":  # the authors' code: CG from zero, every time
             rhs = w * b.atb - pi + sigma[:, None] * y
             return batched_cg(lambda v: w * b.hvp(x, v) + sigma[:, None] * v, rhs, 1e-8 * rhs.norm(dim=1), 50)
@@ -196,32 +212,15 @@ class ConsensusADMM:
         reg = b.l2[:, None] * x
         return b.floor + 0.5 * (e * (grad - reg)).sum(1) + 0.5 * (reg * x).sum(1), grad
 
-    # ------------------------------------------------------------------ the loop
-    def solve(self, task, iterations: int = 1000, tol: float | None = None, record_every: int = 1,
-              x0: torch.Tensor | None = None, divergence_factor: float | None = DIVERGENCE_FACTOR,
-              device: str | torch.device | None = None, progress: bool = False, seed: int = 0) -> RunResult:
-        r"""Run up to ``iterations`` iterations from ``x0`` (default zeros, or ``init_scale`` N(0, I) drawn with
-        ``seed``); stop early once
-        :math:`\|\nabla f(y)\|^2 <` ``tol``; stop as diverged once f(y) is not finite or exceeds
-        ``divergence_factor`` times f(y^1) (``None``: only NaN/inf).
-
-        Records every ``record_every`` iterations (and the last): ``objective_y`` f(y^{k+1}), ``objective_X``
-        F(X^{k+1}) = sum_i w_i f_i(x_i^{k+1}), ``lagrangian`` L(y^{k+1}, X^{k+1}, Pi^{k+1}), ``grad_sq_y``,
-        ``step_sq`` = ||y^{k+1} - y^k||^2 + ||X^{k+1} - X^k||^2 + ||Pi^{k+1} - Pi^k||^2 (the last iteration's
-        change of the whole sequence, Frobenius norms), the communication rounds so far and, where the task has
-        test data, ``test_accuracy`` of y. The history's ``round`` is the iteration k+1."""
-        check_number("iterations", iterations, low=1, integer=True)
-        check_number("record_every", record_every, low=1, integer=True)
-        check_number("seed", seed, low=0, integer=True)
-        if tol is not None:
-            check_number("tol", tol, low=0.0, low_open=True)
-        if divergence_factor is not None:
-            check_number("divergence_factor", divergence_factor, low=1.0)
-        if device is not None:
-            check_device(device)
-        task = task if device is None else task.to(device)
-        wall = time.perf_counter()
-        b = ClientBlocks.from_task(task)
+    # ------------------------------------------------------------------ iterations on the driver's loop
+    def start(self, task, init: torch.Tensor | None = None, seed: int = 0) -> ADMMState:
+        """The state before iteration 0: every local copy at ``init`` (default zeros, or ``init_scale`` N(0, I) drawn
+        with ``seed``), multipliers zero, the penalties of :meth:`penalties`."""
+        try:
+            b = ClientBlocks.from_task(task)
+        except NotImplementedError as exc:
+            raise ConfigError(f"{self.name} needs a linear model with a least-squares or logistic loss: {exc}") \
+                from None
         m, n = len(b.sizes), b.a.shape[-1]
         r = b.lipschitz()
         sigma = self.penalties(b, r)
@@ -229,62 +228,57 @@ class ConsensusADMM:
             raise ConfigError(f"{self.name}'s local objective is not convex: with nonconvex={b.nonconvex} every "
                               f"sigma_i must exceed w_i * nonconvex / 2 (smallest sigma_i / w_i: "
                               f"{float((sigma / b.weights).min()):.3g})")
-        if x0 is None and self.init_scale:
+        if init is None and self.init_scale:
             generator = torch.Generator().manual_seed(seed)
-            x0 = self.init_scale * torch.randn(n, dtype=torch.float64, generator=generator)
-        if x0 is None:
-            x = torch.zeros(m, n, dtype=torch.float64, device=b.a.device)
-        else:
-            if not isinstance(x0, torch.Tensor) or x0.shape != (n,):
-                raise ConfigError(f"x0 must be a tensor of shape ({n},), got {getattr(x0, 'shape', type(x0))}")
-            x = x0.to(b.a).expand(m, n).clone()
-        pi = torch.zeros_like(x)
-        grad_x = b.evaluate(x)[1]
-        cache: dict = {}
-        names = METRICS if task.test is not None else METRICS[:-1]
-        history = History()
-        comm, status, diverged_round, first_f = 0, "ok", None, None
-        compute, f_y, grad_sq_y, accuracy = 0.0, math.nan, math.nan, math.nan
-        y = None
-        for k in tqdm(range(iterations), desc=self.name, disable=not progress, leave=False):
-            tic = time.perf_counter()
-            before = (x, pi, y)
-            if k % self.k0 == 0:  # communication: clients upload z_i = sigma_i x_i + pi_i
-                y = (sigma[:, None] * x + pi).sum(0) / sigma.sum()
-                comm += 1
-                if self.reset_local:
-                    x = y.expand(m, n).clone()
-                f_i, g_i = b.evaluate(y.expand(m, n))
-                f_y, grad_sq_y = float(b.weights @ f_i), float(((b.weights @ g_i) ** 2).sum())
-                if self.reset_local:
-                    grad_x = g_i
-                if first_f is None:
-                    first_f = f_y
-                if task.test is not None:
-                    accuracy = float(task.test_metrics(y.to(task.dtype))["test_accuracy"])
-            x = self._local(b, x, y, pi, sigma, r, grad_x, cache)
-            if self.dual:
-                pi = pi + sigma[:, None] * (x - y)
-            last = k + 1 == iterations
-            stop = (tol is not None and grad_sq_y < tol) or has_diverged(f_y, first_f, divergence_factor)
-            record = (k + 1) % record_every == 0 or last or stop
-            if self.solver == "linearized_local" or record:
-                f_x, grad_x = self._evaluate_local(b, x, pi)
-            compute += time.perf_counter() - tic
-            if record:
-                f_big_x, gap = b.weights @ f_x, x - y
-                lagrangian = f_big_x + (pi * gap).sum() + 0.5 * (sigma * (gap * gap).sum(1)).sum()
-                step_sq = sum(float(((now - then) ** 2).sum()) for now, then in zip((x, pi, y), before)
-                              if then is not None)
-                values = (f_y, float(f_big_x), float(lagrangian), grad_sq_y, step_sq, float(comm), accuracy)
-                history.record(k + 1, dict(zip(names, values)), compute)
-            if stop:
-                if tol is not None and grad_sq_y < tol:
-                    status = "converged"
-                else:
-                    status, diverged_round = "diverged", k + 1
-                break
-        return history.result(y.to(task.dtype), status, diverged_round, time.perf_counter() - wall)
+            init = self.init_scale * torch.randn(n, dtype=torch.float64, generator=generator)
+        x = torch.zeros(m, n, dtype=torch.float64, device=b.a.device) if init is None else \
+            init.to(b.a).expand(m, n).clone()
+        return ADMMState(task, b, r, sigma, x, torch.zeros_like(x), None, b.evaluate(x)[1])
+
+    def step(self, state: ADMMState, k: int) -> tuple[ADMMState, Watch]:
+        """Iteration k: a communication if k is a multiple of k0 (y, and f(y) and ||grad f(y)||^2 with it), the
+        local update, the multiplier update. The watch: f(y) for divergence, ||grad f(y)||^2 for the tolerance."""
+        b, sigma = state.blocks, state.sigma
+        x, pi, y, grad_x = state.x, state.pi, state.y, state.grad_x
+        f_y, grad_sq_y, comm = state.f_y, state.grad_sq_y, state.comm
+        if k % self.k0 == 0:  # communication: clients upload z_i = sigma_i x_i + pi_i
+            y = (sigma[:, None] * x + pi).sum(0) / sigma.sum()
+            comm += 1
+            if self.reset_local:
+                x = y.expand_as(x).clone()
+            f_i, g_i = b.evaluate(y.expand_as(x))
+            f_y, grad_sq_y = float(b.weights @ f_i), float(((b.weights @ g_i) ** 2).sum())
+            if self.reset_local:
+                grad_x = g_i
+        x_new = self._local(b, x, y, pi, sigma, state.r, grad_x, state.cache)
+        pi_new = pi + sigma[:, None] * (x_new - y) if self.dual else pi
+        f_x = None
+        if self.solver == "linearized_local":  # the next step needs grad f_i(x_i^{k+1})
+            f_x, grad_x = self._evaluate_local(b, x_new, pi_new)
+        new = dataclasses.replace(state, x=x_new, pi=pi_new, y=y, grad_x=grad_x, f_x=f_x, before=(state.x, pi,
+                                  state.y), comm=comm, f_y=f_y, grad_sq_y=grad_sq_y)
+        return new, Watch(bool(torch.isfinite(y).all()), f_y, grad_sq_y)
+
+    def metrics(self, state: ADMMState) -> dict[str, float]:
+        """``objective_y`` f(y^{k+1}), ``objective_X`` F(X^{k+1}) = sum_i w_i f_i(x_i^{k+1}), ``lagrangian``
+        L(y^{k+1}, X^{k+1}, Pi^{k+1}), ``grad_sq_y``, ``step_sq`` = ||y^{k+1} - y^k||^2 + ||X^{k+1} - X^k||^2 +
+        ||Pi^{k+1} - Pi^k||^2 (the last iteration's change of the whole sequence, Frobenius norms), ``comm_rounds``
+        and, where the task has test data, ``test_accuracy`` of y."""
+        b, x, pi, y, sigma = state.blocks, state.x, state.pi, state.y, state.sigma
+        f_x = state.f_x if state.f_x is not None else self._evaluate_local(b, x, pi)[0]
+        f_big_x, gap = b.weights @ f_x, x - y
+        lagrangian = f_big_x + (pi * gap).sum() + 0.5 * (sigma * (gap * gap).sum(1)).sum()
+        step_sq = sum(float(((now - then) ** 2).sum()) for now, then in zip((x, pi, y), state.before)
+                      if then is not None)
+        values = dict(zip(METRICS, (state.f_y, float(f_big_x), float(lagrangian), state.grad_sq_y, step_sq,
+                                    float(state.comm))))
+        if state.task.test is not None:
+            values["test_accuracy"] = float(state.task.test_metrics(self.params(state))["test_accuracy"])
+        return values
+
+    def params(self, state: ADMMState) -> torch.Tensor:
+        """The global model y, in the task's dtype."""
+        return state.y.to(state.task.dtype)
 
 
 @register

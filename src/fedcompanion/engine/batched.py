@@ -49,7 +49,7 @@ from torch.func import functional_call, vmap
 
 from ..protocol import LocalObjective
 from ..validation import ConfigError, check_choice
-from .clientwise import OUTPUT_GRADIENT_LOSSES, clientwise_steps
+from .clientwise import clientwise_steps
 from .products import mlp_layers, mlp_steps
 from .schedule import batch_indices, batch_size_for
 
@@ -235,7 +235,7 @@ def train_batched(task, objective: LocalObjective, clients, *, seed: int, round:
         return objective.start.clone(), (objective.start.clone() if objective.momentum != 0 else None)
     plan = _prepare(task, objective, clients, seed, round, batch_size)
     layers = mlp_layers(task.model)
-    fused = layers is not None and task.loss.name in OUTPUT_GRADIENT_LOSSES and all(
+    fused = layers is not None and task.loss.kernel is not None and all(
         _uniform(v) for v in (plan.lr, plan.scale, plan.prox, plan.l2))
     on_cpu = task.x_all.device.type == "cpu"
     if kernel in ("clientwise", "products") and not (fused and (on_cpu or kernel == "products")):

@@ -38,27 +38,11 @@ import warnings
 
 import torch
 
+from ..losses import output_gradient
 from ..protocol import Negated
 
 # a list of tensors, in the annotations TorchScript compiles
 Tensors = list[torch.Tensor]
-
-
-OUTPUT_GRADIENT_LOSSES = ("cross_entropy", "logistic", "squared")  # the losses output_gradient knows
-
-
-def output_gradient(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, loss: str) -> torch.Tensor:
-    """d (sum_j w_j loss_j) / d z for outputs z [..., B, C], targets y [..., B] and weights w [..., B] (also the
-    batched products' [n, B, C], :mod:`.batched`)."""
-    if loss == "cross_entropy":
-        g = torch.softmax(z, -1)
-        target = y.unsqueeze(-1)
-        g.scatter_add_(-1, target, torch.full_like(target, -1.0, dtype=g.dtype))
-    elif loss == "logistic":
-        g = torch.sigmoid(z) - y.unsqueeze(-1)
-    else:  # squared
-        g = z - y.unsqueeze(-1)
-    return g.mul_(w.unsqueeze(-1))
 
 
 def _views(row: torch.Tensor, spec: list[list[int]]) -> tuple[Tensors, list[torch.Tensor | None]]:
@@ -307,7 +291,7 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
                   [None if momentum_start is None else momentum_start[i] for i in order], linears, pulls)
     spec = layer_spec(task, layers)
     assert sum(out * inp + (out if bias >= 0 else 0) for _, out, inp, bias in spec) == p  # the steps' whole-row ops
-    args = (inputs, plan.y_source, per_client, steps, spec, task.loss.name, lr, s, decay,
+    args = (inputs, plan.y_source, per_client, steps, spec, task.loss.kernel, lr, s, decay,
             float(objective.momentum), rho, negate, shared_pull, dealt)
     torch.set_num_threads(1)
     try:

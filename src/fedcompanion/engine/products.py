@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from .clientwise import output_gradient
+from ..losses import Loss
 
 
 def mlp_layers(model: nn.Module) -> list[tuple[str, str | None]] | None:
@@ -41,7 +41,7 @@ def mlp_steps(task, plan, layers, momentum: float, weight_decay: float) -> None:
     by block (:func:`_product_then_offset`). With momentum, b <- mu b + s g is the product; then
     b <- b + decay x + o and x <- x - eta b."""
     lr, s, decay = plan.shared_coefficients(weight_decay)
-    loss = task.loss.name
+    loss = task.loss
     inputs = task.x_all.reshape(len(task.x_all), -1)
     ones = plan.weights.new_ones(len(plan.steps), plan.weights.shape[2], 1)
     views = _LiveViews(plan, layers)
@@ -68,7 +68,7 @@ def mlp_steps(task, plan, layers, momentum: float, weight_decay: float) -> None:
             _momentum_updates(views.flat(n), lr, decay)
 
 
-def _mlp_forward(params, a, y, weights, loss: str):
+def _mlp_forward(params, a, y, weights, loss: Loss):
     """Forward pass of the first n clients' MLPs; returns d loss / d output and each layer's input."""
     acts = []
     for j, (weight, bias) in enumerate(params):
@@ -77,7 +77,7 @@ def _mlp_forward(params, a, y, weights, loss: str):
         a = torch.bmm(a, w) if bias is None else torch.baddbmm(bias.transpose(1, 2), a, w)
         if j + 1 < len(params):
             a = a.clamp_min_(0)
-    return output_gradient(a, y, weights, loss), acts
+    return loss.output_gradient(a, y, weights), acts
 
 
 def _relu_backward(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:

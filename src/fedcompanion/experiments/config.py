@@ -80,7 +80,7 @@ class ExperimentConfig:
 
     @property
     def is_engine_run(self) -> bool:
-        """Whether ``fc.run`` drives it (else the ADMM family's ``solve``); decided by the class, nothing built."""
+        """Whether an engine drives it (else it runs full-batch: the ADMM family); decided by the class."""
         return is_engine_class(REGISTRY.lookup(self.algorithm))
 
     # ------------------------------------------------------------------ the key

@@ -1,4 +1,4 @@
-"""One config, run: build its task, build its algorithm, drive it (``fc.run`` or the ADMM family's ``solve``).
+"""One config, run: build its task, build its algorithm, drive it (``fc.run``).
 
 This is the run driver every cached result comes from, so its code is part of every run's fingerprint; nothing
 here knows about files or processes.
@@ -8,10 +8,7 @@ from __future__ import annotations
 import functools
 import json
 
-import pandas as pd
-
 from ..algorithms import make
-from ..algorithms.base import is_engine_algorithm
 from ..driver import run
 from ..engine import LocalWork
 from ..protocol import RunResult
@@ -42,19 +39,13 @@ def run_config(config, progress: bool = False) -> RunResult:
     task = build_task(config).to(config.device)
     algorithm = make(config.algorithm, **config.hyperparameters)
     extra = {name: registry("metric")[name](task, config) for name in config.metrics}  # their code: in the key
-    if not is_engine_algorithm(algorithm):
-        result = algorithm.solve(task, config.rounds, tol=config.tol, record_every=config.eval_every,
-                                 divergence_factor=config.divergence_factor, progress=progress, seed=config.seed)
-        if extra:  # evaluated at the final point only: the solver's own metrics cover every iteration
-            last = result.rounds_run
-            rows = pd.DataFrame([(last, -1, name, float(fn(result.params))) for name, fn in extra.items()],
-                                columns=result.history.columns)
-            result.history = pd.concat([result.history, rows], ignore_index=True)
-        return result
+    common = dict(seed=config.seed, eval_every=config.eval_every, extra_metrics=extra,
+                  divergence_factor=config.divergence_factor, progress=progress)
+    if not config.is_engine_run:
+        return run(task, algorithm, config.rounds, tol=config.tol, **common)
     if config.clients_per_round is not None and config.clients_per_round > task.num_clients:
         raise ConfigError(f"clients_per_round must be between 1 and num_clients={task.num_clients}, "
                           f"got {config.clients_per_round}")
-    return run(task, algorithm, config.rounds, config.clients_per_round, config.seed, config.engine, lr=config.lr,
-               local=LocalWork(**config.local), sampling=config.sampling, eval_every=config.eval_every,
-               per_client_metrics=config.per_client_metrics, extra_metrics=extra,
-               divergence_factor=config.divergence_factor, eval_train=config.eval_train, progress=progress)
+    return run(task, algorithm, config.rounds, config.clients_per_round, engine=config.engine, lr=config.lr,
+               local=LocalWork(**config.local), sampling=config.sampling, per_client_metrics=config.per_client_metrics,
+               eval_train=config.eval_train, **common)

@@ -5,7 +5,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -16,12 +15,12 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from ..algorithms import make
-from ..driver import Recorder, Schedule, client_work, initial_state
+from ..driver import Recorder, Schedule, client_work, initial_state, run_rounds
 from ..engine import LocalWork
 from ..experiments import METRICS, ExperimentConfig, build_task
 from ..logs import LOGGER
 from ..logs import configure as configure_logging
-from ..protocol import ActiveClients, RoundInfo, RunResult, State, floats, has_diverged
+from ..protocol import ActiveClients, RoundInfo, RunResult, State, Watch, floats
 from ..validation import ConfigError
 
 log = logging.getLogger(f"{LOGGER}.flower")
@@ -174,13 +173,12 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
     recorder = Recorder(task, extra, config.per_client_metrics, config.eval_train)
     comm = {"uploaded_floats": 0, "downloaded_floats": 0, "uploaded_bytes": 0, "downloaded_bytes": 0,
             "clients_lost": 0}
-    start, compute_time = time.perf_counter(), 0.0
+    start = time.perf_counter()
     nodes = _partitions(grid, task.num_clients, connect_timeout, experiment, config.hash())
     lost: dict[int, str] = {}
-    status, diverged_round = "ok", None
-    initial_loss = recorder.evaluate(0, server.x, comm, 0.0) if evaluate else math.nan
-    for r in range(config.rounds):
-        tic = time.perf_counter()
+
+    def play(r: int) -> Watch:
+        nonlocal server
         info = schedule.info(r)
         received = algorithm.broadcast(State(server))
         record = _record(received)
@@ -216,15 +214,17 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
             server = algorithm.server_update(server, info, uploads)
             comm["uploaded_floats"] += floats(uploads)
         comm["downloaded_floats"] += len(messages) * floats(received)
-        compute_time += time.perf_counter() - tic
-        loss = 0.0 if bool(torch.isfinite(server.x).all()) else math.nan
-        if evaluate and not math.isnan(loss) and ((r + 1) % config.eval_every == 0 or r + 1 == config.rounds):
-            loss = recorder.evaluate(r + 1, server.x, comm, compute_time)
-        else:
-            recorder.timing.append((r + 1, compute_time))
-        if has_diverged(loss, initial_loss if evaluate else 1.0, config.divergence_factor):
-            status, diverged_round = "diverged", r + 1
-            break
+        return Watch(finite=bool(torch.isfinite(server.x).all()))
+
+    def evaluated(r: int, compute_time: float) -> float | None:
+        if not evaluate:  # the seconds alone
+            recorder.timing.append((r, compute_time))
+            return None
+        return recorder.evaluate(r, server.x, comm, compute_time)
+
+    status, diverged_round = run_rounds(config.rounds, play, evaluated, eval_every=config.eval_every,
+                                        evaluate_start=evaluate, divergence_factor=config.divergence_factor,
+                                        name=algorithm.name)
     if lost and status == "ok":
         status = "partial"
         log.warning("%s: %d client(s) lost (%s): the run is partial", config.label or config.hash(), len(lost),

@@ -308,7 +308,7 @@ def _convex_optimum(task: Task, tol: float = 1e-13, max_iter: int = 100) -> tupl
     mu = float(task.weights.double() @ task.client_l2)  # sum_i w_i mu_i
     eye = torch.eye(a.shape[1], dtype=a.dtype, device=a.device)
     x = torch.zeros(a.shape[1], dtype=a.dtype, device=a.device)
-    for _ in range(1 if task.loss.name == "squared" else max_iter):
+    for _ in range(1 if task.loss.quadratic else max_iter):
         z = a @ x
         grad = a.T @ (row_w * task.loss.dphi(z, y)) + mu * x
         hess = a.T @ ((row_w * task.loss.d2phi(z, y))[:, None] * a) + mu * eye

@@ -1,0 +1,162 @@
+"""Carry committed runs across a change of code that leaves their numbers as they were, or say which it cannot.
+
+    python -m fedcompanion.rekey --before REV [--results results]
+
+A run's key holds the fingerprint of the code it executes (:mod:`fedcompanion.fingerprint`), so a change to that
+code (a loop moved into a function, a dispatch by type instead of by name) makes every run it touches stale, even
+where no number can change. Recomputing them all costs hours; taking the new keys on trust would let a change that
+*does* move numbers keep its old results. This command does neither. For every stored run that the code at ``REV``
+made (its key was current there) and whose key the code as it is now computes differently, it
+
+1. groups the runs by what decides their code path (algorithm, task, dataset, partition, engine, metrics, the local
+   optimiser's momentum, the evaluation's scope);
+2. recomputes each group's cheapest run twice on this machine, under ``REV`` (a git worktree of it) and under the
+   code as it is now, both with the sweeps' thread count, side by side;
+3. carries the runs of every group whose two histories (and statuses) are bit-identical: their files are renamed to
+   the new key's hash and their record rewritten with the new key and its digest; the history, the timings and the
+   platform that computed them are left as they were;
+4. leaves every other group's runs under their old keys (stale: ``make reproduce`` recomputes them) and says so.
+
+It prints one line per group and exits non-zero if some group could not be carried.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from .atomic import write_atomic
+from .experiments.cache import read_history, record_digest
+from .experiments.config import key_hash
+from .verify import ROOT, _config, _stored, compare, is_current
+
+# run in a subprocess under either tree: the configs in argv[1] (JSON) -> argv[2]/<i>.csv.gz and statuses
+_RUNNER = """
+import json, sys
+import torch
+from fedcompanion.experiments import ExperimentConfig
+from fedcompanion.experiments.runner import RUN_THREADS, run_config
+torch.set_num_threads(RUN_THREADS)
+statuses = []
+for i, fields in enumerate(json.load(open(sys.argv[1]))):
+    result = run_config(ExperimentConfig(**fields))
+    result.history.to_csv(f"{sys.argv[2]}/{i}.csv.gz", index=False)
+    statuses.append(result.status)
+json.dump(statuses, open(f"{sys.argv[2]}/statuses.json", "w"))
+"""
+_CURRENT = """
+import json, sys
+from pathlib import Path
+from fedcompanion.verify import _stored, is_current
+print(json.dumps([m["_file"] for m in _stored(Path(sys.argv[1])) if is_current(m)]))
+"""
+
+
+def _python(src: Path, code: str, *args: str, background: bool = False):
+    """``code`` run by this interpreter with the package imported from ``src``."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    command = [sys.executable, "-c", code, *args]
+    if background:
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    return subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def group_of(meta: dict) -> tuple:
+    """What decides a run's code path: algorithm, task, dataset, partition, engine, metrics, momentum, scope."""
+    c = meta["config"]
+    args = c.get("task_args", {})
+    local = c.get("local") or {}
+    return (c["algorithm"], c["task"], args.get("dataset"), args.get("partition_scheme"), c.get("engine"),
+            tuple(c.get("metrics", [])), bool(local.get("momentum")), c.get("eval_train"),
+            c.get("per_client_metrics"), bool(c.get("hyperparameters", {}).get("local_solver") == "cg"),
+            c.get("hyperparameters", {}).get("curvature"))
+
+
+def _cost(meta: dict) -> float:
+    c = meta["config"]
+    return c["rounds"] * (c.get("clients_per_round") or 100)
+
+
+def _fields(meta: dict) -> dict:
+    return {k: v for k, v in meta["config"].items() if k not in ("code", "files", "data")}
+
+
+def carry(meta: dict, results: Path) -> str:
+    """Rename a run's files to its current key's hash and rewrite its record with that key; returns the new stem."""
+    old = Path(meta["_file"]).stem
+    key = json.loads(json.dumps(_config(meta).key(), default=list))
+    new = key_hash(key)
+    record = {k: v for k, v in meta.items() if k != "_file"}
+    record["config"] = key
+    record["record"] = record_digest(record)
+    if not (results / f"{new}.json").exists():
+        for suffix in (".csv.gz", ".pt"):
+            if (results / f"{old}{suffix}").exists():
+                write_atomic(results / f"{new}{suffix}", (results / f"{old}{suffix}").read_bytes())
+        write_atomic(results / f"{new}.json", json.dumps(record, indent=1).encode())
+    for suffix in (".json", ".csv.gz", ".pt"):
+        (results / f"{old}{suffix}").unlink(missing_ok=True)
+    return new
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedcompanion.rekey --before REV``: see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="the git revision whose code made the stored runs")
+    parser.add_argument("--results", default=str(ROOT / "results"))
+    args = parser.parse_args(argv)
+    results = Path(args.results).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "before"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before], check=True,
+                       capture_output=True)
+        try:
+            return _rekey(results, tree / "src", Path(tmp))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False,
+                           capture_output=True)
+
+
+def _rekey(results: Path, before: Path, tmp: Path) -> int:
+    made_before = set(json.loads(_python(before, _CURRENT, str(results))))
+    stored = [m for m in _stored(results) if m["_file"] in made_before]
+    moved = [m for m in stored if not is_current(m)]
+    print(f"{len(made_before)} runs current at the old code; {len(moved)} of them have another key now")
+    groups: dict[tuple, list[dict]] = {}
+    for meta in moved:
+        groups.setdefault(group_of(meta), []).append(meta)
+    samples = [min(runs, key=_cost) for runs in groups.values()]
+    (tmp / "configs.json").write_text(json.dumps([_fields(m) for m in samples]))
+    outputs = {}
+    for name, src in (("before", before), ("now", ROOT / "src")):
+        (tmp / name).mkdir()
+        outputs[name] = _python(src, _RUNNER, str(tmp / "configs.json"), str(tmp / name), background=True)
+    for name, process in outputs.items():
+        if process.wait() != 0:
+            print(f"error: recomputing the samples under the {name} code failed", file=sys.stderr)
+            return 1
+    statuses = {name: json.loads((tmp / name / "statuses.json").read_text()) for name in outputs}
+    failed = 0
+    for i, (group, runs) in enumerate(groups.items()):
+        a, b = (pd.read_csv(tmp / name / f"{i}.csv.gz") for name in ("before", "now"))
+        same = compare(a, b) == 0 and statuses["before"][i] == statuses["now"][i]
+        committed = read_history(results / f"{Path(samples[i]['_file']).stem}.csv.gz", samples[i]["history"])
+        label = " ".join(str(g) for g in group[:5] if g is not None)
+        if same:
+            for meta in runs:
+                carry(meta, results)
+        failed += not same
+        print(f"  {label:60s} {len(runs):5d} runs: {'carried' if same else 'NOT carried (numbers differ)'}"
+              f"{'' if compare(committed, b) == 0 else ' (committed history from another platform)'}")
+    print(f"{len(groups) - failed} of {len(groups)} groups carried")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = Path(args.results).resolve()
     with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "before"
+        tree = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before], check=True,
                        capture_output=True)
         try:

@@ -161,9 +161,8 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
     warning and left out of that round and of later ones; the run goes on with the others, and stops with an
     error naming the lost nodes once none is left. Such a run is not the config's run: its status is ``partial``,
     its history counts the lost clients (``clients_lost``, at every evaluation) and it is never stored in a cache.
-    A round in which no client answers (or none was sampled) leaves the server state as it is (in-process, an
-    algorithm whose server step has terms without client sums, such as FedVRA's -beta lambda, still takes them in
-    a round that sampled nobody)."""
+    A round in which no client answers (or none was sampled) runs the server step on no uploads, as in-process (an
+    algorithm whose server step has terms without client sums, such as FedVRA's -beta lambda, still takes them)."""
     config = config.validate()
     experiment = json.dumps(dataclasses.asdict(config))
     _, task, algorithm, local, x0 = _setup(experiment)
@@ -211,8 +210,12 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
         if answered:
             uploads = {name: torch.stack([uploads_by_client[i][name] for i in answered]).to(task.device)
                        for name in uploads_by_client[answered[0]]}
-            server = algorithm.server_update(server, info, uploads)
-            comm["uploaded_floats"] += floats(uploads)
+        else:  # an empty round's uploads (no rows), made here as in-process: the server step still runs
+            nobody = State(server, algorithm.init_clients(task, x0)).active(info.clients)
+            uploads = client_work(task, algorithm, received, nobody, info, engine=config.engine, seed=config.seed,
+                                  local=local)[1]
+        server = algorithm.server_update(server, info, uploads)
+        comm["uploaded_floats"] += floats(uploads)
         comm["downloaded_floats"] += len(messages) * floats(received)
         return Watch(finite=bool(torch.isfinite(server.x).all()))
 

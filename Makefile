@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install --quiet -e '.[dev,flower]'
+	$(BIN)/pip install --quiet -e '.[dev,flower,dask]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name fedcompanion --display-name "Python (fedcompanion)" >/dev/null
 	@touch $(STAMP)
 

@@ -1,5 +1,5 @@
 """Execute the notebooks with papermill:
-``python -m fedcompanion.reproduce [--profile smoke] [--only text ...] [--parallel N]``.
+``python -m fedcompanion.reproduce [--profile smoke] [--only text ...] [--parallel N] [--scheduler ADDRESS]``.
 
 Each notebook under ``notebooks/`` is executed into the git-ignored ``build/`` folder; its runs land in
 ``results/`` (cached, so an interrupted reproduction resumes: every run's files are written atomically) and its
@@ -10,7 +10,9 @@ its share of the cores for its sweeps' processes (``jobs``, passed to the notebo
 or waits for its last run. On two cores from an empty cache: two at a time with one sweep process each, 1419.5 s;
 one at a time with two, 1652 s; two at a time with two each (four processes on two cores), 1667 s. No number
 depends on it: every run is the cache's (one torch thread each), every notebook computes with one torch thread
-(``resolve_parameters``) and has its own kernel. The wall time of each notebook and of the whole reproduction are
+(``resolve_parameters``) and has its own kernel. With ``--scheduler`` (a Dask cluster's address, or ``local``)
+every notebook's sweeps submit to one cluster instead (:mod:`fedcompanion.experiments.pool`): one queue for the
+whole reproduction, stored here. The wall time of each notebook and of the whole reproduction are
 recorded beside the notebooks' summaries when the reproduction starts from an empty cache (a run that reads cached
 results would record the time it took to read them), and the run ends by writing ``REPRODUCTION.md`` (and README's
 verdict summary) from those summaries. The smoke profile writes everything under ``build/`` instead.
@@ -18,6 +20,7 @@ verdict summary) from those summaries. The smoke profile writes everything under
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import signal
@@ -113,8 +116,14 @@ def kernel_name() -> str:
 @functools.cache
 def ipc_kernel_manager() -> type:
     """The kernel manager the notebooks run under: jupyter_client's, talking to the kernel over IPC sockets (files
-    beside the kernel's connection file) instead of TCP, so the kernel opens no port and prints no "Kernel is
-    running over TCP without encryption" warning into every reproduction's log."""
+    in the temporary folder) instead of TCP, so the kernel opens no port and prints no "Kernel is running over TCP
+    without encryption" warning into every reproduction's log. Each kernel's socket files have a name of their own:
+    jupyter_client's default, ``kernel-ipc-<n>`` in the working directory with n counted from 1 among the files
+    there, let two kernels starting at once (two notebooks of a reproduction) take the same sockets, and each then
+    read the other's messages ("Invalid Signature", "Kernel didn't respond in 60 seconds")."""
+    import tempfile
+    import uuid
+
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import default
 
@@ -122,6 +131,10 @@ def ipc_kernel_manager() -> type:
         @default("transport")
         def _transport_default(self) -> str:
             return "ipc"
+
+        @default("ip")
+        def _ip_default(self) -> str:
+            return os.path.join(tempfile.gettempdir(), f"fedcompanion-kernel-{uuid.uuid4().hex[:12]}")
 
     return IPCKernelManager
 
@@ -199,6 +212,39 @@ def from_empty_cache(results: Path) -> bool:
     return not any(is_current(meta) for meta in _stored(results))
 
 
+@contextlib.contextmanager
+def shared_pool(scheduler: str | None, cpus: int):
+    """The Dask scheduler every notebook's sweeps submit to (its address, exported to the kernels as
+    ``FEDCOMPANION_SCHEDULER``), or ``None`` for each notebook's own pool: ``scheduler`` is an address, or
+    ``local`` for a cluster of ``cpus`` one-thread worker processes on 127.0.0.1, started here and stopped on exit."""
+    from .experiments.pool import SCHEDULER_VARIABLE
+
+    if not scheduler:
+        yield None
+        return
+    cluster = None
+    if scheduler == "local":
+        try:
+            from distributed import LocalCluster
+        except ImportError:
+            raise SystemExit("error: --scheduler local needs Dask's distributed: "
+                             "pip install 'fedcompanion[dask]'") from None
+        cluster = LocalCluster(n_workers=cpus, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None)
+        scheduler = cluster.scheduler_address
+    saved = os.environ.get(SCHEDULER_VARIABLE)
+    os.environ[SCHEDULER_VARIABLE] = scheduler
+    try:
+        yield scheduler
+    finally:
+        if saved is None:
+            os.environ.pop(SCHEDULER_VARIABLE, None)
+        else:
+            os.environ[SCHEDULER_VARIABLE] = saved
+        if cluster is not None:
+            cluster.close()
+
+
 def _stop_children_and_exit(signum, frame) -> None:
     """SIGTERM, SIGHUP or SIGINT of a reproduction: its pool, kernels and their sweeps stop with it, at once (a
     kernel left running would finish its notebook and write a summary after the reproduction died)."""
@@ -248,10 +294,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only the notebooks this names: a path under notebooks/ or a file name, or its "
                              "beginning (repeat it for several)")
     parser.add_argument("--refresh", action="store_true", help="ignore cached results")
-    parser.add_argument("--parallel", type=int, default=default_parallel(os.cpu_count() or 1),
+    parser.add_argument("--parallel", type=int, default=None,
                         help="notebooks executed at the same time, each with its share of the cores for its sweeps "
-                             "(default: one per core below 4 cores, else one per 2 cores)")
+                             "(default: one per core below 4 cores, else one per 2 cores; with --scheduler, one per "
+                             "core)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="compute every notebook's runs on the Dask cluster whose scheduler is at ADDRESS "
+                             "(tcp://HOST:8786), or 'local': one cluster of this machine's cores that every notebook "
+                             "shares (pip install 'fedcompanion[dask]'); the results are stored here")
     args = parser.parse_args(argv)
+    cpus = os.cpu_count() or 1
+    if args.parallel is None:
+        args.parallel = cpus if args.scheduler else default_parallel(cpus)
     if args.parallel < 1:
         print(f"error: --parallel must be >= 1, got {args.parallel}", file=sys.stderr)
         return 2
@@ -276,14 +330,17 @@ def main(argv: list[str] | None = None) -> int:
         todo = longest_first(todo, read_timings(results).get("notebooks", {}), {nb: runs[nb][0] for nb in todo})
     cold = from_empty_cache(results)  # wall times are recorded only for a reproduction from an empty cache
     before = set(results.glob("*.json"))
-    threads = kernel_threads(parallel, os.cpu_count() or 1)
-    jobs = sweep_jobs(parallel, os.cpu_count() or 1)
+    threads = kernel_threads(parallel, cpus)
+    jobs = sweep_jobs(parallel, cpus)
     start, failed = time.time(), []
     watchdog = watch()  # kill -9 of this process: the watchdog stops the pool, the kernels and their sweeps
     handlers = {stop: signal.signal(stop, _stop_children_and_exit)
                 for stop in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
-        _execute_all(todo, runs, params, jobs, threads, parallel, out_dir, results, cold, failed)
+        with shared_pool(args.scheduler, cpus) as address:
+            if address:
+                print(f"every notebook's runs go to the Dask scheduler at {address}", flush=True)
+            _execute_all(todo, runs, params, jobs, threads, parallel, out_dir, results, cold, failed)
     finally:
         for stop, handler in handlers.items():
             signal.signal(stop, handler)

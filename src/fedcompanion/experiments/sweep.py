@@ -1,81 +1,30 @@
-"""Parallel sweeps: every config not yet in the cache, run in worker processes, then read back as one frame.
+"""Parallel sweeps: every config not yet in the cache, run by workers, stored by this process, read back as one frame.
 
 Every run in a sweep uses ``RUN_THREADS`` torch threads whatever ``jobs`` is, so a run's numbers depend only on its
-config and seed: not on ``jobs``, on the order of the sweep, or on what was cached before (on another CPU, or with
-another torch or BLAS, the last bits differ: hence the recorded platform). The workers start with the user's own
-registrations (algorithms, tasks, datasets, partitions, metrics registered outside the package), so what runs in
-the notebook runs in the pool.
+config and seed: not on ``jobs``, on the order of the sweep, on the worker or machine that computed it (of one CPU
+kind), or on what was cached before (on another CPU, or with another torch or BLAS, the last bits differ: hence the
+recorded platform). The workers (:mod:`.pool`: this machine's processes, or a Dask cluster's) start with the user's
+own registrations (algorithms, tasks, datasets, partitions, metrics registered outside the package), so what runs in
+the notebook runs in the pool; they compute and hand the result back, and only this process writes the cache.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
-import sys
 import tempfile
-import traceback
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, as_completed
 from pathlib import Path
 
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from ..atomic import clean_torn
 from ..data.loaders import transportable
-from ..registry import restore, user_entries
+from ..registry import user_entries
 from ..validation import ConfigError, check_choice, check_number
 from .cache import is_cached, load_result, store
-from .config import ExperimentConfig, config_columns, forget_user_digests, key_hash
-from .runner import RUN_THREADS, run_config
-
-
-def _die_with_parent(parent: int, interval: float = 1.0) -> None:
-    """Exit this worker once its parent (process id ``parent``, given by the parent itself: it may be gone before
-    this runs) is gone: a killed sweep must not leave workers computing, and holding its output open, for minutes.
-    A daemon thread watches the parent process id."""
-    import threading
-    import time
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(interval)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
-def _start_worker(parent: int, entries: dict) -> None:
-    """A worker's initializer: die with the parent, and register the user's own entries."""
-    _die_with_parent(parent)
-    restore(entries)
-
-
-def _run_and_store(config: ExperimentConfig, results_dir: str, key: dict) -> tuple[str, str | None]:
-    """Worker: run with ``RUN_THREADS`` threads and store under ``key`` (the parent's: a worker may see a user's
-    code under another module name); returns (hash, error message or None)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(RUN_THREADS)
-    try:
-        store(config, run_config(config), results_dir, key=key)
-        return key_hash(key), None
-    except Exception as exc:  # noqa: BLE001  (recorded per run; the sweep goes on)
-        return key_hash(key), f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
-    finally:
-        torch.set_num_threads(threads)
-
-
-def check_spawnable() -> None:
-    """Refuse, before any run, to start worker processes from a script with no ``if __name__ == "__main__":`` guard
-    (each worker would run the script again; a user entry that cannot travel is refused by ``user_entries``)."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if path and path.endswith(".py") and Path(path).is_file() and getattr(main, "__spec__", None) is None:
-        text = Path(path).read_text(errors="replace")
-        if "__name__" not in text or "__main__" not in text:
-            raise ConfigError(
-                f"{path} starts worker processes (jobs > 1) without an `if __name__ == \"__main__\":` guard: each "
-                "worker would run the script again. Put the script's work under that guard, or use jobs=1")
+from .config import ExperimentConfig, config_columns, forget_user_digests
+from .pool import compute, executor_for, scheduler_address
 
 
 def by_task(configs: list[ExperimentConfig]) -> list[ExperimentConfig]:
@@ -95,6 +44,7 @@ def sweep(
     refresh: bool = False,
     progress: bool = True,
     on_failure: str = "raise",
+    executor: Executor | None = None,
 ) -> pd.DataFrame:
     """Run every config not yet in ``results_dir`` (all of them if ``refresh``) and return one tidy frame.
 
@@ -104,7 +54,9 @@ def sweep(
     reported as ``failed`` and not stored, and the sweep goes on either way; once every config has run, failures
     raise a ``RuntimeError`` naming them (``on_failure='raise'``, the default: a figure must not silently lose runs)
     or only warn (``'warn'``: the frame then lacks the failed runs). ``jobs``
-    processes (default: the CPU count) share the machine, each run with ``RUN_THREADS`` threads.
+    processes (default: the CPU count) share the machine, each run with ``RUN_THREADS`` threads; ``executor`` (a
+    ``concurrent.futures`` executor such as a Dask client's ``get_executor()``), or a Dask scheduler's address in
+    ``FEDCOMPANION_SCHEDULER``, sends the runs there instead (:mod:`.pool`). Results are stored by this process.
     ``frame.attrs['runs']`` holds one row per config: its columns, status, diverged round and error.
     """
     if not isinstance(configs, (list, tuple)) or not all(isinstance(c, ExperimentConfig) for c in configs):
@@ -127,23 +79,32 @@ def sweep(
     errors: dict[str, str] = {}
     bar = tqdm(total=len(configs), desc="runs", disable=not progress)
     bar.update(len(configs) - len(todo))
-    if jobs == 1:
-        for c in todo:
-            h, error = _run_and_store(c, str(folder), c.key())
-            if error:
-                errors[h] = error
-            bar.update()
-    elif todo:
-        ctx = multiprocessing.get_context("spawn")
-        entries = user_entries({"dataset": transportable})
-        check_spawnable()
-        start = {"initializer": _start_worker, "initargs": (os.getpid(), entries)}
-        with ProcessPoolExecutor(jobs, mp_context=ctx, **start) as pool:
-            for future in as_completed([pool.submit(_run_and_store, c, str(folder), c.key()) for c in todo]):
-                h, error = future.result()
-                if error:
-                    errors[h] = error
-                bar.update()
+
+    def finished(config: ExperimentConfig, key: dict, result, error: str | None) -> None:
+        if error:
+            errors[config.hash()] = error
+        else:
+            store(config, result, folder, key=key)
+        bar.update()
+
+    keyed = [(c, c.key()) for c in todo]
+    entries = None
+    if todo and (jobs > 1 or executor is not None or scheduler_address()):
+        try:
+            entries = user_entries({"dataset": transportable})
+        except ConfigError as refusal:  # under FEDCOMPANION_SCHEDULER alone, with jobs=1: computed here instead
+            if jobs > 1 or executor is not None:
+                raise
+            warnings.warn(f"{refusal.args[0].split(';')[0]}: its runs are computed in this process, not on the "
+                          "Dask cluster", stacklevel=2)
+    if entries is None:
+        for c, key in keyed:
+            finished(c, key, *compute(c, key))
+    else:
+        with executor_for(jobs, entries, executor) as pool:
+            futures = {pool.submit(compute, c, key, entries): (c, key) for c, key in keyed}
+            for future in as_completed(futures):
+                finished(*futures[future], *future.result())
     bar.close()
     frames, runs = [], []
     for c in configs:

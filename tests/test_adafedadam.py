@@ -29,7 +29,7 @@ def logistic():
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0, 3.0])
 def test_dmop_gradient_is_proportional_to_the_alpha_fair_gradient(logistic, alpha):
     x0 = torch.zeros(5, dtype=torch.float64)
-    initial = logistic.per_client(x0)[0]
+    initial = logistic.evaluate_clients(x0)[0]
     assert torch.allclose(initial, torch.full_like(initial, math.log(2)), atol=1e-15)  # all F_k(x^0) equal
     x_t = torch.tensor([0.3, -0.1, 0.2, 0.5, -0.4], dtype=torch.float64, requires_grad=True)
     (g_fair,) = torch.autograd.grad(alpha_fair_objective(logistic, x_t, alpha), x_t)

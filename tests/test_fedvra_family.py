@@ -135,9 +135,10 @@ def test_fedavg_and_fedprox_stop_at_the_client_drift_fixed_point(lsq, name, mu):
 
 def _aggregate(task, algo, state, info, x_local):
     """The round's server step for given local models (the local work already done)."""
-    own = state.active(info.clients)
-    objective = algo.local_objective(task, algo.broadcast(state), own, info)
-    return algo.aggregate(task, state, info, LocalResult(x_local, objective))
+    own, received = state.active(info.clients), algo.broadcast(state)
+    objective = algo.local_objective(task, received, own, info)
+    new_clients, uploads = algo.client_update(task, received, own, info, LocalResult(x_local, objective))
+    return state.updated(algo.server_update(state.server, info, uploads), info.clients, new_clients)
 
 
 def test_aggregation_stepsize_bias_under_uniform_sampling(lsq):

@@ -11,7 +11,7 @@ def test_per_client_pass_matches_client_losses_and_accuracies():
     task = fc.tasks.federated_dataset_task("mnist", 12, "dirichlet", "mlp", seed=0, alpha=0.5, hidden=(16,),
                                            dtype=torch.float64)
     x = task.init_params(3)
-    losses, accs = task.per_client(x, chunk=1000)  # chunks that straddle client boundaries
+    losses, accs = task.evaluate_clients(x, chunk=1000)  # chunks that straddle client boundaries
     for i in range(task.num_clients):
         inputs, targets = task.client_data(i)
         assert abs(float(losses[i] - task.client_loss(i, x))) < 1e-12

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.protocol import ZeroRows, per_client, replace_entries, zero_rows
+from fedcompanion.protocol import ZeroRows, entries_of, replace_entries, zero_rows
 
 
 def test_zero_rows_read_as_zeros_and_hold_only_what_was_set():
@@ -15,7 +15,7 @@ def test_zero_rows_read_as_zeros_and_hold_only_what_was_set():
     assert isinstance(new, ZeroRows) and sorted(new.rows) == [1, 4] and not rows.rows  # the old one is unchanged
     assert torch.equal(new[4], torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64))
     assert new[4].untyped_storage().nbytes() == new[4].nbytes  # a row of its own, not a view of the [K, P] result
-    dense = replace_entries(per_client(torch.zeros(5, 3, dtype=torch.float64)), torch.tensor([1, 4]),
+    dense = replace_entries(entries_of(torch.zeros(5, 3, dtype=torch.float64)), torch.tensor([1, 4]),
                             torch.arange(6, dtype=torch.float64).view(2, 3))
     assert all(torch.equal(a, b) for a, b in zip(dense, new))
 
@@ -24,7 +24,7 @@ def _dense(algorithm):
     """The same algorithm with every client's row materialised at the start, as a dense [N, P] block."""
     class Dense(type(algorithm)):
         def init_clients(self, task, x0):
-            return {name: per_client(torch.stack(list(v))) if isinstance(v, ZeroRows) else v
+            return {name: entries_of(torch.stack(list(v))) if isinstance(v, ZeroRows) else v
                     for name, v in super().init_clients(task, x0).items()}
     dense = Dense.__new__(Dense)
     dense.__dict__.update(algorithm.__dict__)

@@ -178,8 +178,8 @@ class Recorder(History):
     def __init__(self, task, extra_metrics: dict | None = None, per_client_metrics: bool = True,
                  eval_train: bool = True):
         super().__init__()
-        self.task, self.extra, self.per_client, self.eval_train = task, extra_metrics or {}, per_client_metrics, \
-            eval_train
+        self.task, self.extra = task, extra_metrics or {}
+        self.per_client_metrics, self.eval_train = per_client_metrics, eval_train
         self.split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
 
     def evaluate(self, r: int, x: torch.Tensor, communication: dict, compute_time: float) -> float:
@@ -189,21 +189,21 @@ class Recorder(History):
         values = {}
         losses = accs = None
         if self.eval_train:
-            losses, accs = task.per_client(x)
+            losses, accs = task.evaluate_clients(x)
             w = task.weights.to(losses.dtype).to(losses.device)
             values["train_loss"] = float(w @ losses)
             if task.loss.labelled:
                 values["train_accuracy"] = float(w @ accs)
         values.update(task.test_metrics(x))
         if task.client_test is not None:
-            losses, accs = task.per_client(x, split=task.client_test)
+            losses, accs = task.evaluate_clients(x, split=task.client_test)
         if losses is not None:
             values.update(fairness(losses, accs, self.split_sizes))
         for name, fn in self.extra.items():
             values[name] = float(fn(x))
         values.update(communication)
         self.record(r, values, compute_time)
-        if self.per_client and losses is not None:
+        if self.per_client_metrics and losses is not None:
             self.rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
             if task.loss.labelled:
                 self.rows.extend((r, i, "client_accuracy", v) for i, v in enumerate(accs.tolist()))

@@ -259,7 +259,7 @@ def replace_entries(entries, clients: torch.Tensor, values):
     return tuple(new)
 
 
-def per_client(values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def entries_of(values: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """[N, ...] -> a tuple of N entries (views: safe, because entries are never changed in place)."""
     return tuple(values.unbind(0))
 

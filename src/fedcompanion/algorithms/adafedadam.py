@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import torch
 
-from ..protocol import LocalObjective, per_client
+from ..protocol import entries_of
 from ..validation import ConfigError, check_choice, check_number
 from .base import delta, register
 from .server_optimizers import OptimizedServer, ServerOptimized, certainty_adam, check_betas
@@ -112,10 +112,7 @@ class AdaFedAdam(ServerOptimized):
 
     # ------------------------------------------------------------------ as an engine algorithm
     def init_clients(self, task, x0):
-        return {"initial_loss": per_client(task.per_client(x0)[0].to(x0.dtype))}
-
-    def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr)
+        return {"initial_loss": entries_of(task.evaluate_clients(x0)[0].to(x0.dtype))}
 
     def client_update(self, task, received, clients, info, result):
         losses, grads = result.probe
@@ -138,6 +135,6 @@ def dmop_objective(task, x: torch.Tensor, x_t: torch.Tensor, x_0: torch.Tensor, 
     r"""The DMOP objective of round t, :math:`F(x, t) = \sum_k p_k I_k(t)^\alpha F_k(x)` with
     :math:`I_k(t) = F_k(x^t) / F_k(x^0)` held fixed (differentiable in x)."""
     with torch.no_grad():
-        rate = task.per_client(x_t)[0] / task.per_client(x_0)[0]
+        rate = task.evaluate_clients(x_t)[0] / task.evaluate_clients(x_0)[0]
     losses = torch.stack([task.client_loss(k, x) for k in range(task.num_clients)])
     return (task.weights.to(losses) * rate.to(losses) ** alpha) @ losses

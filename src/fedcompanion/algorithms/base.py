@@ -78,8 +78,9 @@ class Algorithm(Described):
 
     def local_objective(self, task, received: Messages, clients: ActiveClients, info: RoundInfo) -> LocalObjective:
         """The round's local objective h_i(x) = s_i f_i(x) + <c_i, x> + (rho_i / 2)||x - z_i||^2 for the active clients,
-        with their step counts and step size."""
-        raise NotImplementedError
+        with their step counts and step size; by default plain SGD on f_i from the broadcast model (c = 0, rho = 0,
+        s = 1, z = x_0)."""
+        return LocalObjective.sgd(received["x"], info.steps, info.lr)
 
     def client_update(self, task, received: Messages, clients: ActiveClients, info: RoundInfo,
                       result: LocalResult) -> tuple[dict, Messages]:
@@ -89,12 +90,6 @@ class Algorithm(Described):
     def server_update(self, server, info: RoundInfo, uploads: Messages):
         """The new server state, from the old one and what the clients uploaded."""
         raise NotImplementedError
-
-    def aggregate(self, task, state: State, info: RoundInfo, result: LocalResult) -> State:
-        """``client_update`` then ``server_update``: the state after the round (``state`` is unchanged)."""
-        clients = state.active(info.clients)
-        new_clients, uploads = self.client_update(task, self.broadcast(state), clients, info, result)
-        return state.updated(self.server_update(state.server, info, uploads), info.clients, new_clients)
 
 
 def delta(received: Messages, result: LocalResult) -> torch.Tensor:

@@ -20,7 +20,6 @@ import dataclasses
 import numpy as np
 import torch
 
-from ..protocol import LocalObjective
 from ..validation import check_number
 from .base import Algorithm, delta, register
 
@@ -74,9 +73,6 @@ class FedMGDAPlus(Algorithm):
     def __init__(self, server_lr: float = 1.0, epsilon: float = 0.1):
         self.server_lr = check_number("server_lr", server_lr, low=0.0, low_open=True)
         self.epsilon = check_number("epsilon", epsilon, low=0.0, high=1.0)
-
-    def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr)
 
     def client_update(self, task, received, clients, info, result):
         return {}, {"delta": delta(received, result)}

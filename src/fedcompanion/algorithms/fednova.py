@@ -24,7 +24,6 @@ import dataclasses
 
 import torch
 
-from ..protocol import LocalObjective
 from ..validation import check_number
 from .base import Algorithm, delta, register
 
@@ -46,9 +45,6 @@ class FedNova(Algorithm):
 
     def __init__(self, server_lr: float = 1.0):
         self.server_lr = check_number("server_lr", server_lr, low=0.0, low_open=True)
-
-    def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr)
 
     def client_update(self, task, received, clients, info, result):
         a = normaliser(result.objective.steps, result.objective.momentum).to(result.x)

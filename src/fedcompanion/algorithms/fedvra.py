@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..protocol import ActiveClients, LocalObjective, Negated, RoundInfo, per_client, replace_entries, zero_rows
+from ..protocol import ActiveClients, LocalObjective, Negated, RoundInfo, entries_of, replace_entries, zero_rows
 from ..validation import ConfigError, check_choice, check_number
 from .base import Algorithm, ServerState, delta, register
 
@@ -166,7 +166,7 @@ class FedVRA(Algorithm):
         if self.dual_stepsize == "label_shift":
             label_shift(task, torch.zeros(0, dtype=torch.long))  # refuses an unlabelled task before any work
         gamma = penalties(self.gamma, task.num_clients, x0.dtype).to(x0.device)
-        return {"lam": zero_rows(task.num_clients, x0), "gamma": per_client(gamma)}
+        return {"lam": zero_rows(task.num_clients, x0), "gamma": entries_of(gamma)}
 
     def local_objective(self, task, received, clients, info):
         return LocalObjective.sgd(received["x"], info.steps, info.lr, prox=clients["gamma"],

@@ -21,7 +21,6 @@ import dataclasses
 
 import torch
 
-from ..protocol import LocalObjective
 from ..validation import check_number
 from .base import Algorithm, register
 
@@ -36,9 +35,6 @@ class QFedAvg(Algorithm):
 
     def __init__(self, q: float = 1.0):
         self.q = check_number("q", q, low=0.0)
-
-    def local_objective(self, task, received, clients, info):
-        return LocalObjective.sgd(received["x"], info.steps, info.lr)
 
     def client_update(self, task, received, clients, info, result):
         lipschitz = 1.0 / info.lr

@@ -7,9 +7,12 @@ One convention for every server step that uses them: with the active clients' de
 
 .. math::  (u_t, s_t) = \mathrm{update}(g_t, s_{t-1}), \qquad x_{t+1} = x_t + u_t,
 
-with :math:`s_{-1} = \mathrm{init}(x_0)`. FedAvg is ``sgd(server_lr)``, FedAvgM ``sgd(server_lr, momentum)``,
-FedAdam / FedYogi / FedAdagrad / N-AccAdam ``adaptive(...)`` and AdaFedAdam ``certainty_adam(...)``, whose
-update also takes the round's certainty C. A transform never changes its state; it returns a new one.
+with :math:`s_{-1} = \mathrm{init}(x_0)`. A :class:`ServerOptimized` server also hands ``update`` the round's
+``uploads`` and ``info`` (keywords), so a step that needs more than the pseudo-gradient (FedExP's extrapolated
+server learning rate reads the deltas) is one transform, not a new ``server_update``. FedAvg is ``sgd(server_lr)``,
+FedAvgM ``sgd(server_lr, momentum)``, FedAdam / FedYogi / FedAdagrad / N-AccAdam ``adaptive(...)`` and AdaFedAdam
+``certainty_adam(...)``, whose update also takes the round's certainty C. A transform never changes its state; it
+returns a new one.
 
 ``adaptive`` and ``certainty_adam`` multiply by the learning rate inside the step, in the order the committed
 results were computed with (``lr * m / (sqrt(v) + tau)``), rather than as a last ``scale(-lr)``: the same
@@ -30,7 +33,9 @@ from .base import Algorithm, ServerState
 
 @dataclass(frozen=True)
 class ServerOptimizer:
-    """``init(x0) -> state`` and ``update(g, state, **extra) -> (u, new state)``; the server then sets x <- x + u."""
+    """``init(x0) -> state`` and ``update(g, state, **extra) -> (u, new state)``, where ``extra`` holds what the server
+    step hands on (a :class:`ServerOptimized` server: ``uploads``, name -> [K, ...], and ``info``, the round's
+    :class:`~fedcompanion.protocol.RoundInfo`; AdaFedAdam: ``certainty``); the server then sets x <- x + u."""
 
     init: Callable[[torch.Tensor], Any]
     update: Callable[..., tuple[torch.Tensor, Any]]
@@ -55,11 +60,12 @@ def scale(factor: float) -> ServerOptimizer:
     return ServerOptimizer(lambda x0: (), lambda g, state, **extra: (factor * g, ()))
 
 
-def trace(decay: float) -> ServerOptimizer:
-    r"""Heavy-ball momentum: :math:`v_t = \beta v_{t-1} + g_t`, u = v_t, with :math:`v_{-1} = 0`."""
+def trace(decay: float, nesterov: bool = False) -> ServerOptimizer:
+    r"""Heavy-ball momentum: :math:`v_t = \beta v_{t-1} + g_t`, u = v_t, with :math:`v_{-1} = 0`; with
+    ``nesterov``, u = :math:`g_t + \beta v_t` (optax's ``trace(nesterov=True)``)."""
     def update(g, v, **extra):
         v = decay * v + g
-        return v, v
+        return (g + decay * v if nesterov else v), v
     return ServerOptimizer(torch.zeros_like, update)
 
 
@@ -157,7 +163,7 @@ def certainty_adam(lr: float, betas, eps: float, warmup_steps: int = 0) -> Serve
     def init(x0):
         return CertaintyAdamState(torch.zeros_like(x0), torch.zeros_like(x0), 1.0, 1.0, 0, 1.0)
 
-    def update(g, state, *, certainty: float):
+    def update(g, state, *, certainty: float, **extra):
         b1_t, b2_t = beta1**certainty, beta2**certainty
         m = b1_t * state.m + (1 - b1_t) * g
         v = b2_t * state.v + (1 - b2_t) * g * g
@@ -198,5 +204,6 @@ class ServerOptimized(Algorithm):
         the state as it is."""
         if len(info.clients) == 0:
             return server
-        u, opt = self.server_optimizer().update(self.pseudo_gradient(info, uploads), server.opt)
+        u, opt = self.server_optimizer().update(self.pseudo_gradient(info, uploads), server.opt, uploads=uploads,
+                                                info=info)
         return OptimizedServer(server.x + u, opt)

@@ -69,7 +69,7 @@ def _layer_grads(task, params: dict, inputs, targets, weights, l2):
     grads = dict(zip(leaves, torch.autograd.grad(losses.sum(), list(leaves.values()))))
     if bool((l2 != 0).any()):
         for n, p in params.items():
-            grads[n].add_(p * _per_client(l2, p))
+            grads[n].add_(p * _rowwise(l2, p))
     return grads
 
 
@@ -96,7 +96,7 @@ def _targets(task, objective: LocalObjective, clients) -> tuple[torch.Tensor, to
     return torch.cat(objective.targets), offsets.to(task.device)
 
 
-def _per_client(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def _rowwise(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """View a [K] vector so that it broadcasts against a [K, ...] layer tensor."""
     return v.view(-1, *([1] * (like.dim() - 1)))
 
@@ -218,7 +218,7 @@ def _layer_tensors(task, objective: LocalObjective, plan: _Round) -> None:
         pulls = task.unflatten(anchor[:1]) if shared else _in_order(task, anchor, order)
         rho = prox[:1] if shared and _uniform(prox) else prox
         for name, pull in pulls.items():
-            offset[name] -= pull * _per_client(rho, pull)  # rho z (for a shared z and rho, once), then c - rho z
+            offset[name] -= pull * _rowwise(rho, pull)  # rho z (for a shared z and rho, once), then c - rho z
         plan.offset = offset
 
 
@@ -267,14 +267,14 @@ def _autograd_steps(task, plan: _Round, momentum: float, decay: float) -> None:
         for name, p in live.items():
             d = grads[name]
             if use_scale:
-                d.mul_(_per_client(scale[:n], d))
+                d.mul_(_rowwise(scale[:n], d))
             if offset is not None:
                 d.add_(offset[name][:n])
             if use_prox:  # x - eta (d + rho x) = (1 - eta rho) x - eta d
                 if buffers is None:
-                    p.mul_(_per_client(1 - lr[:n] * prox[:n], p))
+                    p.mul_(_rowwise(1 - lr[:n] * prox[:n], p))
                 else:
-                    d.add_(p * _per_client(prox[:n], p))
+                    d.add_(p * _rowwise(prox[:n], p))
             if decay:
                 d.add_(p, alpha=decay)
             if buffers is not None:
@@ -282,4 +282,4 @@ def _autograd_steps(task, plan: _Round, momentum: float, decay: float) -> None:
             if one_lr:
                 p.sub_(d, alpha=float(lr[0]))
             else:
-                p.sub_(d.mul_(_per_client(lr[:n], d)))  # in place: p is a view of params
+                p.sub_(d.mul_(_rowwise(lr[:n], d)))  # in place: p is a view of params

@@ -156,11 +156,11 @@ Clients = tuple[Tensors, Tensors, Tensors, Tensors, Tensors, list[torch.Tensor |
                 list[torch.Tensor | None], list[torch.Tensor | None], list[torch.Tensor | None]]
 
 
-def _chain(inputs: torch.Tensor, targets: torch.Tensor, per_client: Clients, steps: list[int], spec: list[list[int]],
-           loss: str, lr: float, scale: float, decay: float, momentum: float, rho: float, negate: bool,
-           shared_pull: bool, clients: list[int]) -> None:
+def _chain(inputs: torch.Tensor, targets: torch.Tensor, client_tensors: Clients, steps: list[int],
+           spec: list[list[int]], loss: str, lr: float, scale: float, decay: float, momentum: float, rho: float,
+           negate: bool, shared_pull: bool, clients: list[int]) -> None:
     """The local steps of ``clients``, one after another, each from its start."""
-    x_rows, y_rows, weights, rows, starts, offsets, buffers, buffer_starts, linears, pulls = per_client
+    x_rows, y_rows, weights, rows, starts, offsets, buffers, buffer_starts, linears, pulls = client_tensors
     for k in clients:
         _start(rows[k], starts[k], buffers[k], buffer_starts[k], offsets[k], linears[k], negate, pulls[k], rho,
                shared_pull)
@@ -168,21 +168,21 @@ def _chain(inputs: torch.Tensor, targets: torch.Tensor, per_client: Clients, ste
                     buffers[k], loss, lr, scale, decay, momentum)
 
 
-def _all_clients(inputs: torch.Tensor, targets: torch.Tensor, per_client: Clients, steps: list[int],
+def _all_clients(inputs: torch.Tensor, targets: torch.Tensor, client_tensors: Clients, steps: list[int],
                  spec: list[list[int]], loss: str, lr: float, scale: float, decay: float, momentum: float, rho: float,
                  negate: bool, shared_pull: bool, chains: list[list[int]]) -> None:
     """Each chain of clients on its own thread: the first chains ``fork`` to inter-op threads, the last runs here.
     Run as Python (where torch cannot script it, :func:`_script`), the chains run one after another, here."""
     if not torch.jit.is_scripting():
         for clients in chains:
-            _chain(inputs, targets, per_client, steps, spec, loss, lr, scale, decay, momentum, rho, negate,
+            _chain(inputs, targets, client_tensors, steps, spec, loss, lr, scale, decay, momentum, rho, negate,
                    shared_pull, clients)
         return
     futures: list[torch.jit.Future[None]] = []
     for clients in chains[:-1]:
-        futures.append(torch.jit.fork(_chain, inputs, targets, per_client, steps, spec, loss, lr, scale, decay,
+        futures.append(torch.jit.fork(_chain, inputs, targets, client_tensors, steps, spec, loss, lr, scale, decay,
                                       momentum, rho, negate, shared_pull, clients))
-    _chain(inputs, targets, per_client, steps, spec, loss, lr, scale, decay, momentum, rho, negate, shared_pull,
+    _chain(inputs, targets, client_tensors, steps, spec, loss, lr, scale, decay, momentum, rho, negate, shared_pull,
            chains[-1])
     for future in futures:
         torch.jit.wait(future)
@@ -283,7 +283,7 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
     else:
         offsets = linears  # c itself, or no offset at all
     momentum_start = objective.momentum_buffer
-    per_client = ([(plan.rows[k, :, : widths[k]] + plan.x_offsets[k]) for k in range(k_all)],
+    client_tensors = ([(plan.rows[k, :, : widths[k]] + plan.x_offsets[k]) for k in range(k_all)],
                   [(plan.rows[k, :, : widths[k]] + plan.y_offsets[k]) for k in range(k_all)],
                   [plan.weights[k, :, : widths[k]] for k in range(k_all)],
                   [x[i] for i in order], [objective.start[i] for i in order], offsets,
@@ -291,7 +291,7 @@ def clientwise_steps(task, objective, plan, layers) -> tuple[torch.Tensor, torch
                   [None if momentum_start is None else momentum_start[i] for i in order], linears, pulls)
     spec = layer_spec(task, layers)
     assert sum(out * inp + (out if bias >= 0 else 0) for _, out, inp, bias in spec) == p  # the steps' whole-row ops
-    args = (inputs, plan.y_source, per_client, steps, spec, task.loss.kernel, lr, s, decay,
+    args = (inputs, plan.y_source, client_tensors, steps, spec, task.loss.kernel, lr, s, decay,
             float(objective.momentum), rho, negate, shared_pull, dealt)
     torch.set_num_threads(1)
     try:

@@ -233,7 +233,7 @@ class Task:
 
     def global_loss(self, x: torch.Tensor) -> float:
         """F(x) = sum_i w_i f_i(x)."""
-        return float(self.per_client(x)[0].double() @ self.weights.double().to(self.device))
+        return float(self.evaluate_clients(x)[0].double() @ self.weights.double().to(self.device))
 
     def client_means(self, per_sample: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
         """Each client's mean of a per-sample quantity laid out like ``y_all`` (or like ``offsets``): [n] -> [N]."""
@@ -243,7 +243,7 @@ class Task:
         return total.index_add_(0, owner, per_sample) / sizes.to(per_sample)
 
     @torch.no_grad()
-    def per_client(self, x: torch.Tensor, chunk: int = 8192, split: ClientSplit | None = None
+    def evaluate_clients(self, x: torch.Tensor, chunk: int = 8192, split: ClientSplit | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss_i(x), accuracy_i(x)) for every client, in one pass over its training data (or over ``split``).
 

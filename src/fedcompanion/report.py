@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
-from .decision import decide, explain
+from .decision import decide, explain, words
 from .forest import FOREST, write_forest
 from .timings import read_timings
 from .validation import ConfigError
@@ -78,6 +78,19 @@ class Claim:
         """Where it holds and where not, and its controls (:func:`fedcompanion.decision.explain`)."""
         return explain(self.evidence, self.controls)
 
+    def items(self) -> list[tuple[str, Evidence]]:
+        """Each item with its word within the claim (Holm-adjusted, :func:`fedcompanion.decision.words`), in short:
+        ``holds``, ``tie``, ``reversed`` or ``not testable``."""
+        short = {"reproduces": "holds", "tie": "tie", "not testable here": "not testable"}
+        return [(short.get(w, "reversed"), e) for w, e in zip(words(self.evidence), self.evidence)]
+
+    def held(self) -> str:
+        """``k of n items hold`` (n: the testable items)."""
+        items = self.items()
+        testable = [w for w, _ in items if w != "not testable"]
+        n = len(testable)
+        return f"{testable.count('holds')} of {n} item{'s hold' if n != 1 else ' holds'}"
+
 
 @dataclass
 class Summary:
@@ -113,11 +126,19 @@ class Recorded:
         return "\n".join(out)
 
     def _repr_markdown_(self) -> str:
-        out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.decision`):", ""]
+        out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.decision`; each claim's "
+               "entry in REPRODUCTION.md defines the words):", "", "| claim | verdict | items |", "|---|---|---|"]
+        out += [f"| {_escape(c.claim)} (`{c.id}`, [report](../../REPRODUCTION.md#{anchor(c.id)})) | **{c.verdict}** "
+                f"| {c.held()} |" for c in self.summary.claims]
         for c in self.summary.claims:
-            out += [f"* **{c.verdict}**: {_escape(c.claim)} (`{c.id}`; {_escape(c.explain())})"]
-            out += [f"  * {_escape(e.describe())}" for e in c.evidence]
+            out += ["", f"`{c.id}`:"] + [f"* {w}: {_escape(e.describe())}" for w, e in c.items()]
+            out += [f"* control (the test must reject it): {_escape(e.describe())}" for e in c.controls]
         return "\n".join(out)
+
+
+def anchor(claim_id: str) -> str:
+    """The HTML anchor of a claim's entry in REPRODUCTION.md (``fedvra.fig3.faster`` -> ``fedvra-fig3-faster``)."""
+    return claim_id.replace(".", "-")
 
 
 def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Path, profile: str,
@@ -272,7 +293,7 @@ def render(results_dir: str | Path = "results") -> str:
     arena = "\n".join(arena_markdown(whole.checks["arena"], whole.notebook)) if whole else ""
     text = _template("reproduction.md.j2").render(
         profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"), forest=FOREST,
-        papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain,
+        papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain, anchor=anchor,
         claims_by_paper=[(paper, claims) for paper, claims in by_paper if claims], tuned=tuned, arena=arena,
         diverged=diverged, history_from=history.get("from", "earlier"), now=now,
         changed={k: {**v, "why": _escape(v.get("why", ""))} for k, v in history.get("claims", {}).items() if k in now},

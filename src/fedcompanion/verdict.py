@@ -231,42 +231,52 @@ class Evidence:
         return self.word() == "reproduces"
 
     def describe(self) -> str:
-        """One line: the question, setting, effect, interval, p and n (or the deviation and tolerance), and how
-        many seeds diverged, passed or won."""
+        """One line in the metric's own units and direction: for a paired item the difference method - baseline
+        with its 95% interval (negative is the claimed direction where lower is better), for a threshold item the
+        seeds' values against the threshold; how many seeds were compared (n counts seeds), diverged, passed or
+        won, and the p-value the word rests on; an identity's deviation and tolerance."""
         if self.kind == "untestable":
             return f"{self.setting}: {self.question}: not testable ({self.reason})"
         if self.kind == "identity":
             return (f"{self.setting}: {self.question}: deviation {abs(self.values[0]):.1e} "
                     f"(tolerance {self.tolerance:.0e})")
         s, test = self.stats(), self.test
-        direction = f"{self.better} is better" + (f", not worse by more than {self.margin:g} suffices"
+        direction = f"{self.better} is better" + (f"; not worse by more than {self.margin:g} suffices"
                                                   if self.holds_if == "not worse" else "")
-        head = f"{self.setting}: {self.question}, {self.metric} ({direction})"
-        if test == "exact":
-            return f"{head}: effect {_g(s['effect'])} (exact)"
-        parts = []
+        head = f"{self.setting}: {self.question}"
+        finite = [v for _, v, _ in self._sides() if math.isfinite(v)]
+        sign = 1.0 if self.better == "higher" else -1.0
+        if self.kind == "against":
+            reference = f"threshold {self.baseline[0]:.3g}"
+            if test == "exact":
+                return f"{head}: {self.metric} {_v(self.values[0])} against the {reference} ({direction})"
+            values = (f" {_v(sum(finite) / len(finite))} on average, from {_v(min(finite))} to {_v(max(finite))}"
+                      if finite else ": no seed finished")
+            parts = [f"{s['passes']} of {self.n} seeds pass" + (f" (share {self.share:g} needed)"
+                                                               if self.share < 1 else "")]
+        else:
+            if test == "exact":
+                return f"{head}: {self.metric}, method - baseline {_g(sign * s['effect'])} ({direction})"
+            low, high = sorted((sign * s["low"], sign * s["high"]))
+            finished = len(self.differences)
+            values = (": no seed finished on both sides" if not finished else
+                      f", method - baseline {_g(sign * s['effect'])} [{_g(low)}, {_g(high)}]"
+                      + (f", p = {_p(s['p'])}" if test == "t" else "")
+                      + (f", n = {finished} seeds" if finished == self.n
+                         else f" over the {finished} of {self.n} seeds both finished"))
+            parts = []
+            if test == "sign":
+                parts.append(f"sign test {s['wins']} wins, {s['losses']} losses, p = {_p(s['p'])}")
         div = self.diverged
-        for who in ("method", "baseline"):
-            if div[who]:
-                parts.append(f"the {who} diverged on {len(div[who])} of {self.n} seeds")
+        parts = [f"the {who} diverged on {len(div[who])} of {self.n} seeds" for who in ("method", "baseline")
+                 if div[who]] + parts
         if div["both"]:
-            parts.append(f"both diverged on seed{'s' if len(div['both']) > 1 else ''} "
-                         f"{', '.join(map(str, div['both']))}")
-        if test == "threshold":
-            parts.append(f"{s['passes']} of {self.n} seeds pass" + (f" (share {self.share:g} needed)"
-                                                                     if self.share < 1 else ""))
-        if test == "sign":
-            parts.append(f"sign test {s['wins']} wins, {s['losses']} losses, p = {_p(s['p'])}")
+            parts.insert(0, f"both diverged on seed{'s' if len(div['both']) > 1 else ''} "
+                            f"{', '.join(map(str, div['both']))}")
         if self.n == 0:
             return f"{head}: nothing compared; " + "; ".join(parts)
-        finished = len(self.differences)
-        if not finished:
-            effect = "no seed finished on both sides"
-        else:
-            effect = f"effect {_g(s['effect'])} [{_g(s['low'])}, {_g(s['high'])}]"
-            effect += f", p = {_p(s['p'])}" if test == "t" else ""
-            effect += f", n = {finished}" if finished == self.n else f" over the {finished} seeds both finished"
-        return f"{head}: {effect}" + ("".join(f"; {x}" for x in parts))
+        against = f" against the {reference}" if self.kind == "against" else ""
+        return f"{head}: {self.metric}{values}{against} ({direction})" + "".join(f"; {x}" for x in parts)
 
 
 def t_interval(values) -> tuple[float, float, float, float]:
@@ -300,6 +310,10 @@ def sign_test(wins: int, losses: int) -> float:
 
 def _g(x: float) -> str:
     return f"{x:+.3g}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf" if x < 0 else "nan")
+
+
+def _v(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf" if x < 0 else "nan")
 
 
 def _p(p: float) -> str:

@@ -155,6 +155,7 @@ def test_record_returns_the_verdicts_a_notebook_shows_and_a_path(tmp_path):
     assert isinstance(shown, Recorded) and os.fspath(shown).endswith("fedvra--99_demo.json")
     assert json.loads(Path(shown).read_text())["notebook"] == "fedvra/99_demo"
     markdown = shown._repr_markdown_()
-    row = "| x beats y (`demo.claim`, [report](../../REPRODUCTION.md#demo-claim)) | **reproduces** | 1 of 1 item holds |"
+    row = ("| x beats y (`demo.claim`, [report](../../REPRODUCTION.md#demo-claim)) | **reproduces** | "
+           "1 of 1 item holds |")
     assert markdown.startswith("**Verdicts**") and row in markdown
     assert "method - baseline -0.99 [" in markdown and "demo.claim: reproduces" in repr(shown)

@@ -257,18 +257,26 @@ def provenance(results_dir: str | Path) -> dict[tuple[str, str, str], int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def read_history(results_dir: str | Path) -> dict:
-    """``_history.json``: earlier verdict words by claim id (``{"from": ..., "claims": {id: {"previous": word,
-    "why": sentence}}}``): what the report's history section sets beside the current words."""
+def read_history(results_dir: str | Path) -> list[dict]:
+    """``_history.json``: the passes that changed verdict words, oldest first, each ``{"name": a short name,
+    "from": what the earlier words were, "claims": {id: {"previous": word, "why": sentence}}}`` (the file holds
+    ``{"passes": [...]}``, or one pass as its top level): what the report's history section sets beside the current
+    words."""
     path = summaries_dir(results_dir) / "_history.json"
     if not path.exists():
-        return {"claims": {}}
+        return []
     data = read_json(path, "verdict history")
-    _field(data, "from", (str,), path, default="earlier")
-    for claim, entry in _field(data, "claims", (dict,), path).items():
-        _field(entry, "previous", (str,), path, where=f"claims.{claim}")
-        _field(entry, "why", (str,), path, where=f"claims.{claim}", default="")
-    return data
+    passes = _field(data, "passes", (list,), path, default=None)
+    out = []
+    for k, one in enumerate(passes if passes is not None else [data]):
+        where = f"passes[{k}]" if passes is not None else ""
+        _field(one, "from", (str,), path, default="earlier", where=where)
+        _field(one, "name", (str,), path, default=f"pass {k + 1}", where=where)
+        for claim, entry in _field(one, "claims", (dict,), path, where=where).items():
+            _field(entry, "previous", (str,), path, where=f"{where}.claims.{claim}".lstrip("."))
+            _field(entry, "why", (str,), path, where=f"{where}.claims.{claim}".lstrip("."), default="")
+        out.append(one)
+    return out
 
 
 def render(results_dir: str | Path = "results") -> str:
@@ -295,8 +303,11 @@ def render(results_dir: str | Path = "results") -> str:
         profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"), forest=FOREST,
         papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain, anchor=anchor,
         claims_by_paper=[(paper, claims) for paper, claims in by_paper if claims], tuned=tuned, arena=arena,
-        diverged=diverged, history_from=history.get("from", "earlier"), now=now,
-        changed={k: {**v, "why": _escape(v.get("why", ""))} for k, v in history.get("claims", {}).items() if k in now},
+        diverged=diverged, now=now,
+        passes=[(one.get("name") or f"pass {k + 1}", one.get("from", "earlier")) for k, one in enumerate(history)],
+        changed=[dict(id=c, since=one.get("name") or f"pass {k + 1}", previous=v["previous"],
+                      why=_escape(v.get("why", "")))
+                 for k, one in enumerate(history) for c, v in one["claims"].items() if c in now],
         provenance=provenance(results_dir), summaries=summaries, seconds=timings.get("notebooks", {}),
         elapsed=timings.get("elapsed"), parallel=timings.get("parallel"),
         figures=sorted({f for s in summaries for c in s.claims for f in c.figures}))

@@ -59,7 +59,7 @@ verify-figures: $(STAMP)
 	$(BIN)/python -m fedcompanion.verify --subset figures
 
 html: $(STAMP)
-	$(BIN)/python -m fedcompanion.site
+	$(BIN)/python -m fedcompanion.site --paper
 
 # JupyterLab on notebooks/ with the project's kernel; as root (containers, CI images) it needs --allow-root.
 # Options pass through: `make lab ARGS="--no-browser --port 8899"`.

@@ -43,6 +43,26 @@ def test_readme_is_a_front_door():
     assert positions == sorted(positions), "README lists the notebooks in reading order"
 
 
+def test_the_readmes_run_by_column_is_what_the_make_targets_run():
+    """Each notebook's row names the target that executes it at the paper profile (`make reproduce` runs
+    ``reproduce.selected("", "paper")``; the others are ``OWN_TARGET``'s); a notebook moved between targets without
+    the README following fails here."""
+    from fedcompanion.reproduce import OWN_TARGET, PART_IN_REPRODUCE, notebooks, selected
+
+    text = (ROOT / "README.md").read_text()
+    in_reproduce = set(selected("", "paper"))
+    for path in notebooks():
+        name = path.relative_to(ROOT / "notebooks").with_suffix("").as_posix()
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
+        run_by = row.rstrip(" |").rsplit("|", 1)[1]
+        own = next((target for key, target in OWN_TARGET.items() if path.stem.startswith(key)), None)
+        expected = [f"`{own}`"] if own else []
+        if path in in_reproduce:
+            expected.append("make reproduce")
+        assert expected and all(e in run_by for e in expected), (name, run_by, expected)
+        assert (path.stem in PART_IN_REPRODUCE) == ("QSAR panel" in run_by), name
+
+
 def test_every_summary_is_from_the_paper_profile_and_every_notebook_has_one():
     summaries = {s.notebook: s for s in load_summaries(RESULTS)}
     notebooks = {str(p.relative_to(ROOT / "notebooks").with_suffix("")) for p in (ROOT / "notebooks").rglob("*.ipynb")}

@@ -110,3 +110,16 @@ def test_notebook_pages_render_the_smoke_banner_and_the_verdicts(site):
     assert pages and not [p.name for p in pages if ":::{warning}" in p.read_text()]
     tour = (site / "notebooks" / "00_tour.html").read_text()
     assert "Verdicts" in tour and ("smoke profile" not in tour or 'class="admonition warning"' in tour)
+
+
+def test_make_html_executes_only_the_notebooks_without_a_paper_copy(tmp_path):
+    """`make html` passes --paper: the notebooks with no build/reproduce copy are executed first (from the cache),
+    so every page is the paper run; one that has its copy is not executed again."""
+    from fedcompanion.reproduce import notebooks
+    from fedcompanion.site import without_paper_copy
+
+    every = [p.relative_to(ROOT / "notebooks") for p in notebooks()]
+    assert without_paper_copy(tmp_path) == [n.with_suffix("").as_posix() for n in every]
+    (tmp_path / "reproduce" / every[0]).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "reproduce" / every[0]).write_text("{}")
+    assert without_paper_copy(tmp_path) == [n.with_suffix("").as_posix() for n in every[1:]]

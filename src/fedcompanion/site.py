@@ -2,8 +2,9 @@
 
 The source is assembled in ``build/site-src`` from ``docs/`` (the API reference, the paper notes, the design,
 benchmark and determinism pages), the generated ``REPRODUCTION.md`` with ``figures/``, and the executed notebooks
-(each one's ``build/reproduce`` copy from ``make reproduce``, else its ``build/executed`` copy from ``make test``),
-then rendered by Sphinx with myst-nb without executing anything. Warnings are errors.
+(each one's ``build/reproduce`` copy from ``make reproduce``, else its ``build/executed`` copy from ``make test``;
+``make html`` passes ``--paper``, which first executes, from the committed cache, every notebook still without a
+paper copy), then rendered by Sphinx with myst-nb without executing anything. Warnings are errors.
 
 What the assembly adds to the sources:
 
@@ -191,11 +192,30 @@ def build(output: Path = ROOT / "build" / "html", notebooks: Path | None = None,
     return output / "index.html"
 
 
+def without_paper_copy(build: Path = ROOT / "build") -> list[str]:
+    """The notebooks (their names under ``notebooks/``) with no paper-profile copy in ``build/reproduce``."""
+    from .reproduce import notebooks
+
+    names = [p.relative_to(ROOT / "notebooks") for p in notebooks()]
+    return [n.with_suffix("").as_posix() for n in names if not (build / "reproduce" / n).exists()]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedcompanion.site`` (``make html``)."""
+    """``python -m fedcompanion.site`` (``make html``): with ``--paper``, first execute at the paper profile every
+    notebook that has no paper copy yet (from the committed cache: minutes, not the hours of computing its runs), so
+    that every page is the paper run, the one the gallery shows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "html")
+    parser.add_argument("--paper", action="store_true", help="execute the notebooks without a paper-profile copy "
+                        "first (python -m fedcompanion.reproduce --only ...), reading their runs from the cache")
     args = parser.parse_args(argv)
+    missing = without_paper_copy() if args.paper else []
+    if missing:
+        from .reproduce import main as reproduce
+
+        print(f"executing {len(missing)} notebook(s) at the paper profile first: {', '.join(missing)}", flush=True)
+        if reproduce(["--profile", "paper", *(arg for name in missing for arg in ("--only", name))]) != 0:
+            return 1
     print(f"wrote {build(args.output)}")
     return 0
 

@@ -33,3 +33,24 @@ def test_curves_emphasise_the_papers_method_and_tick_whole_rounds():
     fig.canvas.draw()
     assert all(float(t).is_integer() for t in ax.get_xticks())
     plt.close(fig)
+
+
+def test_the_verdict_figures_have_no_text_over_text():
+    """The report's two verdict figures, from the committed summaries: no title, label, tick label, verdict word or
+    legend entry drawn over another (matplotlib's bounding boxes). The check itself must catch a text placed on a
+    title."""
+    from pathlib import Path
+
+    from fedcompanion.forest import forest_figure, verdict_chart
+    from fedcompanion.plots import overlapping_texts
+    from fedcompanion.report import PAPERS, load_summaries
+
+    summaries = load_summaries(Path(__file__).resolve().parents[1] / "results")
+    for figure in (verdict_chart(summaries, PAPERS), forest_figure(summaries, PAPERS)):
+        assert overlapping_texts(figure) == []
+        plt.close(figure)
+    fig, ax = plt.subplots()
+    ax.set_title("a title")
+    ax.text(0.5, 1.0, "a text on the title", transform=ax.transAxes, ha="center")
+    assert overlapping_texts(fig), "the check misses a text drawn over the title"
+    plt.close(fig)

@@ -27,7 +27,7 @@ def test_site_builds_with_the_report_the_front_page_and_the_reading_order(site):
     assert "Reproduction report" in page and "Verdicts at a glance" in page
     assert (site / "api.html").exists() and (site / "papers.html").exists()
     index = (site / "index.html").read_text()
-    assert "verdicts_forest.png" in index and 'class="fc-gallery"' in index
+    assert "verdicts_by_claim.png" in index and 'class="fc-gallery"' in index
     figures = sorted(p.name for p in (ROOT / "figures").glob("*.png"))
     assert all(f"_static/gallery/{name}" in index for name in figures), "every figure has a thumbnail"
     sidebar = [index.index(f'href="notebooks/{name}.html"') for name in

@@ -1,5 +1,6 @@
-"""The forest plot: every seeded comparison behind a verdict, its effect relative to the baseline with its 95%
-interval, against the zero line (the report's first figure and the site's front page)."""
+"""The verdicts as figures: one row per claim, each of its items a square coloured by its word (the report's first
+figure and the site's front page), and the forest plot of every seeded comparison, its effect relative to the
+baseline with its 95% interval, against the zero line (the report's detail)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,23 +32,102 @@ def forest_rows(summaries, papers) -> list[dict]:
 
 
 FOREST = "verdicts_forest"
+CHART = "verdicts_by_claim"
+# what the words mean, in colours that say it (Okabe & Ito's palette, as every figure here): green holds, vermillion
+# is reversed, grey is a tie, white (outlined) is not testable
+WORD_COLOURS = {"holds": "#009E73", "tie": "#7F7F7F", "reversed": "#D55E00", "not testable": "#FFFFFF"}
+ITEM_WORDS = {"reproduces": "holds", "tie": "tie", "does not reproduce": "reversed",
+              "not testable here": "not testable"}
+
+
+def write_verdict_chart(summaries, folder: Path, papers) -> list[Path]:
+    """:func:`verdict_chart`, saved as ``CHART`` in ``folder``."""
+    import matplotlib.pyplot as plt
+
+    from .plots import save_figure
+
+    fig = verdict_chart(summaries, papers)
+    if fig is None:
+        return []
+    paths = save_figure(fig, CHART, folder)
+    plt.close(fig)
+    return paths
+
+
+def verdict_chart(summaries, papers):
+    """One row per claim, paper by paper: its verdict and its items, one square each, coloured by the item's word
+    within the claim (Holm-adjusted, :func:`~fedcompanion.decision.words`); a cross marks an item on which a run
+    diverged (a divergence is an outcome of its own, never a number in a mean). Readable at page width: the
+    claims' text in full words, no axis to decode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from .plots import style
+
+    rows = [(paper, c) for paper in papers for s in summaries for c in s.claims if c.paper == paper]
+    if not rows:
+        return None
+    style()
+    width = max(len(c.evidence) for _, c in rows)
+    fig, ax = plt.subplots(figsize=(13, 0.3 * len(rows) + 1.4), layout="constrained")
+    for i, (_, c) in enumerate(rows):
+        y = len(rows) - 1 - i
+        for j, (e, w) in enumerate(zip(c.evidence, words(c.evidence))):
+            word = ITEM_WORDS.get(w, "reversed")
+            ax.add_patch(Rectangle((j + 0.1, y - 0.35), 0.8, 0.7, facecolor=WORD_COLOURS[word], edgecolor="#444444",
+                                   lw=0.5))
+            if e.kind in ("paired", "against") and any(e.diverged.values()):
+                ax.plot(j + 0.5, y, "x", color="k", ms=5, mew=1.2)
+        ax.text(width + 0.4, y, c.verdict, va="center", fontsize=8.5,
+                fontweight="bold" if c.verdict in ("reproduces", "holds (our reconstruction)") else "normal")
+    labels = [f"{paper}: {c.claim if len(c.claim) <= 75 else c.claim[:72] + '...'}" for paper, c in rows]
+    ax.set_yticks(range(len(rows)), list(reversed(labels)), fontsize=8)
+    ax.set_xlim(0, width + 6.5)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xticks([])
+    ax.grid(False)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    handles = [Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="#444444", label=f"item {w}")
+               for w, c in WORD_COLOURS.items()]
+    handles.append(plt.Line2D([], [], marker="x", ls="", color="k", label="a run diverged"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=5, fontsize=8, frameon=False)
+    ax.set_title("Every claim: its items, each coloured by its word, and the claim's verdict", fontsize=11)
+    return fig
 
 
 def write_forest(summaries, folder: Path, papers) -> list[Path]:
-    """The report's first figure: every seeded comparison's effect (relative to the baseline, positive = the
-    claimed direction) with its 95% interval, against the zero line; colour = the item's word."""
+    """:func:`forest_figure`, saved as ``FOREST`` in ``folder``."""
+    import matplotlib.pyplot as plt
+
+    from .plots import save_figure
+
+    fig = forest_figure(summaries, papers)
+    if fig is None:
+        return []
+    paths = save_figure(fig, FOREST, folder)
+    plt.close(fig)
+    return paths
+
+
+def forest_figure(summaries, papers):
+    """Every seeded comparison's effect (relative to the baseline, positive = the claimed direction) with its 95%
+    interval, against the zero line; colour = the item's word."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import save_figure, style
+    from .plots import style
 
     rows = forest_rows(summaries, papers)
     if not rows:
-        return []
+        return None
     style()
-    colours = {"reproduces": "C2", "tie": "C7", "does not reproduce": "C3"}
+    colours = {w: WORD_COLOURS[ITEM_WORDS[w]] for w in ("reproduces", "tie", "does not reproduce")}
     limit = 2.0  # relative effects beyond +-200% are drawn at the edge, with an arrow
     fig, ax = plt.subplots(figsize=(12, 0.26 * len(rows) + 1.6))
     for i, r in enumerate(rows):
@@ -66,6 +146,4 @@ def write_forest(summaries, folder: Path, papers) -> list[Path]:
                   "claimed)", title="Every seeded comparison behind a verdict")
     handles = [plt.Line2D([], [], color=c, lw=2, label=w) for w, c in colours.items()]
     ax.legend(handles=handles, loc="lower right", fontsize=8)
-    paths = save_figure(fig, FOREST, folder)
-    plt.close(fig)
-    return paths
+    return fig

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -141,3 +142,14 @@ def save_figure(fig, name: str, folder: str | Path = "figures") -> list[Path]:
         fig.savefig(buffer, format=ext, metadata=metadata)
         paths.append(write_atomic(path, buffer.getvalue()))
     return paths
+
+
+def overlapping_texts(fig) -> list[tuple[str, str]]:
+    """The pairs of non-empty texts of ``fig`` (titles, labels, tick labels, legends, annotations) whose drawn
+    bounding boxes overlap: none in a readable figure."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
+            if box_a.width > 0 and box_b.width > 0 and box_a.overlaps(box_b)]

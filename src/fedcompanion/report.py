@@ -18,7 +18,7 @@ from pathlib import Path
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
 from .decision import decide, explain, words
-from .forest import FOREST, write_forest
+from .forest import CHART, FOREST, write_forest, write_verdict_chart
 from .timings import read_timings
 from .validation import ConfigError
 from .verdict import VERDICTS, Evidence, from_dict
@@ -128,7 +128,8 @@ class Recorded:
     def _repr_markdown_(self) -> str:
         out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.decision`; each claim's "
                "entry in REPRODUCTION.md defines the words):", "", "| claim | verdict | items |", "|---|---|---|"]
-        out += [f"| {_escape(c.claim)} (`{c.id}`, [report](../../REPRODUCTION.md#{anchor(c.id)})) | **{c.verdict}** "
+        report = "../" * (self.summary.notebook.count("/") + 1) + "REPRODUCTION.md"  # from notebooks/<name>.ipynb
+        out += [f"| {_escape(c.claim)} (`{c.id}`, [report]({report}#{anchor(c.id)})) | **{c.verdict}** "
                 f"| {c.held()} |" for c in self.summary.claims]
         for c in self.summary.claims:
             out += ["", f"`{c.id}`:"] + [f"* {w}: {_escape(e.describe())}" for w, e in c.items()]
@@ -301,7 +302,8 @@ def render(results_dir: str | Path = "results") -> str:
     arena = "\n".join(arena_markdown(whole.checks["arena"], whole.notebook)) if whole else ""
     text = _template("reproduction.md.j2").render(
         profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"), forest=FOREST,
-        papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain, anchor=anchor,
+        chart=CHART, papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain,
+        anchor=anchor,
         claims_by_paper=[(paper, claims) for paper, claims in by_paper if claims], tuned=tuned, arena=arena,
         diverged=diverged, now=now,
         passes=[(one.get("name") or f"pass {k + 1}", one.get("from", "earlier")) for k, one in enumerate(history)],
@@ -394,7 +396,9 @@ def write_report(results_dir: str | Path = ROOT / "results", output: Path = ROOT
             "%s: notebook %r is not under notebooks/ (renamed or removed?): its %d claim(s) are in the report; "
             "delete the summary if it is stale", summaries_dir(results_dir), summary, claims)
     write_atomic(output, render(results_dir))
-    write_forest(load_summaries(results_dir), Path(figures) if figures else Path(output).parent / "figures", PAPERS)
+    folder, summaries = Path(figures) if figures else Path(output).parent / "figures", load_summaries(results_dir)
+    write_verdict_chart(summaries, folder, PAPERS)
+    write_forest(summaries, folder, PAPERS)
     if readme is not None and readme.exists() and README_START in readme.read_text():
         update_readme(readme, results_dir)
     return output

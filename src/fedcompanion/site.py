@@ -11,9 +11,11 @@ What the assembly adds to the sources:
 * the front page (``docs/index.md`` with its ``<!-- front -->`` marker): the verdicts (the forest plot and the
   claims table, both from the notebooks' summaries) and a gallery of every figure, each linked to the notebook that
   draws it; the notebooks in reading order (:func:`fedcompanion.reproduce.reading_order`);
+* in the report: each claim's HTML anchor as a MyST target (:func:`myst_targets`);
 * in each notebook's copy: papermill's injected-parameters cell removed, the parameters cell and the cells that
-  call ``record(...)`` collapsed (their code one click away), the ``# NBVAL_CHECK_OUTPUT`` markers dropped, and, on
-  a page built from the smoke profile, a banner that says so.
+  call ``record(...)`` collapsed (their code one click away), the ``# NBVAL_CHECK_OUTPUT`` markers dropped, the
+  verdicts' links to REPRODUCTION.md pointed at its page, and, on a page built from the smoke profile, a banner that
+  says so.
 """
 from __future__ import annotations
 
@@ -77,6 +79,11 @@ def for_readers(notebook: dict) -> dict:
             _tag(cell, "hide-input")
         if source.startswith(NBVAL_MARK):
             cell["source"] = source[len(NBVAL_MARK):].lstrip("\n")
+        for output in cell.get("outputs", []):  # the verdicts' links to the report: its page on the site
+            data = output.get("data", {})
+            if "text/markdown" in data:
+                text = "".join(data["text/markdown"])
+                data["text/markdown"] = text.replace("REPRODUCTION.md#", "REPRODUCTION.html#")
     if smoke:
         title = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), -1)
         cells.insert(title + 1, {"cell_type": "markdown", "id": "smoke-profile-banner", "metadata": {},
@@ -114,16 +121,17 @@ def figure_pages(notebooks: Path, figures: Path) -> dict[str, str]:
 def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[str, str], results: Path) -> str:
     """``docs/index.md`` with the verdicts, the gallery and the reading-order toctrees in place of its marker."""
     from .arena import figure_name
-    from .report import FOREST, NoSummaries, claims_table, load_summaries, shown_arena
+    from .report import CHART, NoSummaries, claims_table, load_summaries, shown_arena
 
     summaries = load_summaries(results)
     if not summaries:
         raise NoSummaries(f"no notebook summaries in {results}: run `make reproduce` first")
     parts = ["## The verdicts", "",
-             "Every seeded comparison behind a verdict: the effect relative to the baseline with its 95% interval "
-             "and n (right of 0: the claimed direction). Each word comes from the rule in `fedcompanion.verdict` "
-             "and `fedcompanion.decision`; the [reproduction report](REPRODUCTION.md) has every number.", "",
-             f"![The verdicts' effects and intervals](figures/{FOREST}.png)", "", claims_table(summaries), ""]
+             "Every claim of the three papers, one row each: its items, each a square coloured by its word (green "
+             "holds, grey a tie, vermillion reversed), and the claim's verdict. Each word comes from the rule in "
+             "`fedcompanion.verdict` and `fedcompanion.decision`; the [reproduction report](REPRODUCTION.md) has "
+             "every effect with its interval, in the metric's units.", "",
+             f"![Every claim's items and verdict](figures/{CHART}.png)", "", claims_table(summaries), ""]
     arena = shown_arena(summaries)
     ranking = figure_name("ranking", arena.notebook) if arena else ""
     if arena and (figures / f"{ranking}.png").exists():  # beside the claims: every method on the same tasks
@@ -158,7 +166,7 @@ def assemble(source: Path, notebooks: Path | None = None, figures: Path = ROOT /
     if source.exists():
         shutil.rmtree(source)
     shutil.copytree(ROOT / "docs", source)
-    shutil.copy(report, source / "REPRODUCTION.md")
+    (source / "REPRODUCTION.md").write_text(myst_targets(report.read_text()))
     shutil.copytree(figures, source / "figures")
     gallery = source / "_static" / "gallery"
     gallery.mkdir(parents=True)
@@ -190,6 +198,15 @@ def build(output: Path = ROOT / "build" / "html", notebooks: Path | None = None,
     if status != 0:
         raise RuntimeError(f"sphinx-build failed with status {status} (warnings are errors)")
     return output / "index.html"
+
+
+_ANCHOR = re.compile(r'^<a id="([^"]+)"></a>$', re.M)
+
+
+def myst_targets(markdown: str) -> str:
+    """The report's HTML anchors (``<a id="x"></a>``, which GitHub renders) as MyST targets (``(x)=``), which Sphinx
+    resolves: the claim index's links work on both."""
+    return _ANCHOR.sub(r"(\1)=", markdown)
 
 
 def without_paper_copy(build: Path = ROOT / "build") -> list[str]:

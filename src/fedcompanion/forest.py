@@ -40,17 +40,19 @@ ITEM_WORDS = {"reproduces": "holds", "tie": "tie", "does not reproduce": "revers
               "not testable here": "not testable"}
 
 
-def write_verdict_chart(summaries, folder: Path, papers) -> list[Path]:
-    """:func:`verdict_chart`, saved as ``CHART`` in ``folder``."""
+def write_verdict_figures(summaries, folder: Path, papers) -> list[Path]:
+    """The report's two verdict figures, :func:`verdict_chart` as ``CHART`` and :func:`forest_figure` as ``FOREST``,
+    saved in ``folder`` (neither without a claim to draw)."""
     import matplotlib.pyplot as plt
 
     from .plots import save_figure
 
-    fig = verdict_chart(summaries, papers)
-    if fig is None:
-        return []
-    paths = save_figure(fig, CHART, folder)
-    plt.close(fig)
+    paths = []
+    for name, draw in ((CHART, verdict_chart), (FOREST, forest_figure)):
+        fig = draw(summaries, papers)
+        if fig is not None:
+            paths += save_figure(fig, name, folder)
+            plt.close(fig)
     return paths
 
 
@@ -97,20 +99,6 @@ def verdict_chart(summaries, papers):
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=5, fontsize=8, frameon=False)
     ax.set_title("Every claim: its items, each coloured by its word, and the claim's verdict", fontsize=11)
     return fig
-
-
-def write_forest(summaries, folder: Path, papers) -> list[Path]:
-    """:func:`forest_figure`, saved as ``FOREST`` in ``folder``."""
-    import matplotlib.pyplot as plt
-
-    from .plots import save_figure
-
-    fig = forest_figure(summaries, papers)
-    if fig is None:
-        return []
-    paths = save_figure(fig, FOREST, folder)
-    plt.close(fig)
-    return paths
 
 
 def forest_figure(summaries, papers):

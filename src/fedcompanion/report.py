@@ -18,7 +18,7 @@ from pathlib import Path
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
 from .decision import decide, explain, words
-from .forest import CHART, FOREST, write_forest, write_verdict_chart
+from .forest import CHART, FOREST, write_verdict_figures
 from .timings import read_timings
 from .validation import ConfigError
 from .verdict import VERDICTS, Evidence, from_dict
@@ -396,9 +396,8 @@ def write_report(results_dir: str | Path = ROOT / "results", output: Path = ROOT
             "%s: notebook %r is not under notebooks/ (renamed or removed?): its %d claim(s) are in the report; "
             "delete the summary if it is stale", summaries_dir(results_dir), summary, claims)
     write_atomic(output, render(results_dir))
-    folder, summaries = Path(figures) if figures else Path(output).parent / "figures", load_summaries(results_dir)
-    write_verdict_chart(summaries, folder, PAPERS)
-    write_forest(summaries, folder, PAPERS)
+    write_verdict_figures(load_summaries(results_dir), Path(figures) if figures else Path(output).parent / "figures",
+                          PAPERS)
     if readme is not None and readme.exists() and README_START in readme.read_text():
         update_readme(readme, results_dir)
     return output

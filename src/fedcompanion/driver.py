@@ -2,7 +2,10 @@
 
 It stands above both the engines (:mod:`fedcompanion.engine`, which minimise a local objective) and the algorithms
 (:mod:`fedcompanion.algorithms`, which say what is minimised and what the server does with the uploads); neither of
-those imports the other, or this module. A round is :func:`play_round`; a Flower client runs :func:`client_work`."""
+those imports the other, or this module. Every run goes through one loop, :func:`run_rounds` (evaluation, divergence,
+the tolerance, timing), handed its round: :func:`play_round` in-process, the server's round on Flower
+(:mod:`fedcompanion.flower.core`, whose clients run :func:`client_work`), or an iteration of the ADMM family
+(:class:`~fedcompanion.algorithms.base.FullBatch`)."""
 from __future__ import annotations
 
 import math

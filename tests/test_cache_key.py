@@ -80,9 +80,9 @@ def test_adding_a_function_to_the_partition_module_leaves_every_committed_run_va
 @pytest.mark.parametrize("rel, old, new", [
     ("engine/__init__.py", 'DEFAULT_ENGINE = "batched"',
      'ENGINES.register("toy", (train_loop, probe_loop))\nDEFAULT_ENGINE = "batched"'),
-    ("tasks/builders.py", "PARTITIONED_TASKS = (",
-     "def toy_task(seed=0):\n    return least_squares_task(seed=seed)\n\n\nTASKS.register('toy', toy_task)\n"
-     "PARTITIONED_TASKS = ("),
+    ("tasks/builders.py", "\ndef is_partitioned(",
+     "def toy_task(seed=0):\n    return least_squares_task(seed=seed)\n\n\nTASKS.register('toy', toy_task)\n\n"
+     "\ndef is_partitioned("),
     ("data/partition.py", "\ndef partition(",
      "@register_partition('halves')\ndef halves(labels, num_clients, rng):\n    return [labels]\n\n\ndef partition("),
 ], ids=["engine", "task", "partition"])

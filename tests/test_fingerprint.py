@@ -207,3 +207,20 @@ def test_the_named_metrics_do_not_reach_the_two_block_algorithm():
     from fedcompanion.algorithms.two_block import TwoBlock
 
     assert "fedcompanion.algorithms.simplex" in {m for m, _ in fp.reached([TwoBlock])}
+
+
+def test_a_users_partitioned_task_is_checked_and_keyed_like_the_built_in_ones():
+    """A builder that takes ``partition_scheme`` is partitioned (no hand-kept list of names): the partitioner's own
+    keywords are accepted and its code is a root of the key; a builder without it takes no partition keyword."""
+    def mine(seed=0, partition_scheme="iid", num_clients=4, **partition_kwargs):
+        return fc.tasks.federated_dataset_task("mnist", num_clients, partition_scheme, seed=seed, **partition_kwargs)
+
+    fc.register_task("mine-partitioned", mine)
+    try:
+        config = ExperimentConfig(task="mine-partitioned", task_args={"partition_scheme": "dirichlet", "alpha": 0.3})
+        assert config.validate()._partition_scheme() == "dirichlet"
+        assert PARTITIONS["dirichlet"] in config.task_roots()
+        with pytest.raises(fc.ConfigError, match="has no argument"):
+            ExperimentConfig(task="least_squares", task_args={"alpha": 0.3}).validate()
+    finally:
+        TASKS.pop("mine-partitioned")

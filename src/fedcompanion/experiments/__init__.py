@@ -10,7 +10,7 @@ uses.
 * :mod:`.tuning`: the one tuning protocol (log grids of equal width, disjoint tuning seeds, edges extended);
 * :mod:`.named_metrics`: extra metrics by name (:mod:`.stationarity` adds ``gradient_norm_sq``).
 """
-from ..tasks import PARTITIONED_TASKS, TASKS, register_task
+from ..tasks import TASKS, register_task
 from . import stationarity  # noqa: F401  (registers gradient_norm_sq)
 from .analysis import per_seed_evidence, summarize, timings
 from .cache import CacheMiss, is_cached, load_params, load_result, read_history, store
@@ -21,7 +21,7 @@ from .sweep import sweep
 from .tuning import Spec, Tuned, final_score, log_grid, mean_score, tune
 
 __all__ = [
-    "METRICS", "PARTITIONED_TASKS", "RUN_THREADS", "TASKS", "CacheMiss", "ExperimentConfig", "Spec", "Tuned",
+    "METRICS", "RUN_THREADS", "TASKS", "CacheMiss", "ExperimentConfig", "Spec", "Tuned",
     "build_task", "config_columns", "final_score", "is_cached", "load_params", "load_result",
     "log_grid", "mean_score", "per_seed_evidence", "read_history", "register_metric", "register_task", "run_config",
     "store", "summarize", "sweep", "timings", "tune",

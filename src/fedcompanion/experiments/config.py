@@ -25,7 +25,7 @@ from ..engine.sampling import SAMPLINGS
 from ..fingerprint import fingerprint
 from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
-from ..tasks import PARTITIONED_TASKS, TASKS, task_digest
+from ..tasks import TASKS, is_partitioned, task_digest
 from ..validation import ConfigError, check_choice, check_device, check_number
 
 DRIVER = f"{__name__.rpartition('.')[0]}.runner"  # the module that runs a config: every run executes it
@@ -91,7 +91,7 @@ class ExperimentConfig:
         return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
 
     def _partition_scheme(self) -> str | None:
-        if self.task not in PARTITIONED_TASKS:
+        if not is_partitioned(TASKS.lookup(self.task)):
             return None
         return self.task_args.get("partition_scheme",
                                   inspect.signature(TASKS[self.task]).parameters["partition_scheme"].default)

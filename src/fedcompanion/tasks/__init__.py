@@ -2,11 +2,11 @@
 tasks built by name (:mod:`.builders`: :data:`TASKS`, :func:`register_task`) and the semi-supervised one
 (:mod:`.semi_supervised`)."""
 from .builders import (
-    PARTITIONED_TASKS,
     QSAR_SETTINGS,
     TASKS,
     clustering_task,
     federated_dataset_task,
+    is_partitioned,
     least_squares_task,
     qsar_logistic_task,
     register_task,
@@ -16,7 +16,7 @@ from .core import ClientSplit, Task, from_client_arrays, linear_design, task_dig
 from .semi_supervised import SOFT_LABELS, semi_supervised_task
 
 __all__ = [
-    "PARTITIONED_TASKS", "QSAR_SETTINGS", "SOFT_LABELS", "TASKS", "ClientSplit", "Task", "clustering_task",
-    "federated_dataset_task", "from_client_arrays", "least_squares_task", "linear_design", "qsar_logistic_task",
-    "register_task", "semi_supervised_task", "synthetic_task", "task_digest",
+    "QSAR_SETTINGS", "SOFT_LABELS", "TASKS", "ClientSplit", "Task", "clustering_task",
+    "federated_dataset_task", "from_client_arrays", "is_partitioned", "least_squares_task", "linear_design",
+    "qsar_logistic_task", "register_task", "semi_supervised_task", "synthetic_task", "task_digest",
 ]

@@ -180,7 +180,12 @@ TASKS.update({
     "qsar": qsar_logistic_task,
     "clustering": clustering_task,
 })
-PARTITIONED_TASKS = ("dataset", "clustering")  # their builders take the partitioner's keywords
+
+
+def is_partitioned(builder: Callable[..., Task]) -> bool:
+    """Whether a task builder splits a dataset with a registered partitioner (it takes ``partition_scheme``, and the
+    partitioner's keywords with it): a user's builder that does is keyed and checked like the built-in ones."""
+    return "partition_scheme" in inspect.signature(builder).parameters
 
 
 def register_task(name: str, builder: Callable[..., Task]) -> None:

@@ -16,7 +16,7 @@ LAYERS = [  # lowest first; a name covers a module or a subpackage and everythin
     ["algorithms", "forest"],
     ["driver"],
     ["experiments"],
-    ["arena", "verify", "notebook", "flower", "timings"],
+    ["arena", "verify", "notebook", "flower", "timings", "claims"],
     ["report", "rekey"],
     ["reproduce", "cli", "site"],
 ]

@@ -1,204 +1,39 @@
-"""The reproduction report: each notebook records its checked claims; ``REPRODUCTION.md`` and README's table
-are generated from those records, never typed by hand.
+"""The reproduction report: each notebook records its checked claims (:mod:`fedcompanion.claims`); ``REPRODUCTION.md``
+and README's table are generated from those records, never typed by hand.
 
-A notebook ends with :func:`record`, which writes ``<results>/summaries/<notebook>.json``: for every claim of the
-paper that the notebook tests, the claim in one line, the figure, the measured numbers (mean and spread over
-seeds), the verdict, the settings and the deviations from the paper, plus the runs that diverged. ``make
-reproduce`` adds the wall time of each notebook (``_timings.json``) and ends with :func:`write_report`.
+A notebook ends with :func:`~fedcompanion.claims.record`, which writes ``<results>/summaries/<notebook>.json``: for
+every claim of the paper that the notebook tests, the claim in one line, the figure, the measured numbers (mean and
+spread over seeds), the verdict, the settings and the deviations from the paper, plus the runs that diverged.
+``make reproduce`` adds the wall time of each notebook (``_timings.json``) and ends with :func:`write_report`.
 """
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
-from .decision import decide, explain, words
+from .atomic import read_json, write_atomic
+from .claims import (  # noqa: F401  (a notebook's record cell imports them from here)
+    PAPERS,
+    Claim,
+    Recorded,
+    Summary,
+    anchor,
+    escape_cell,
+    load_summaries,
+    read_summary,
+    record,
+    summaries_dir,
+)
+from .decision import explain
 from .forest import CHART, FOREST, write_verdict_figures
 from .timings import read_timings
 from .validation import ConfigError
-from .verdict import VERDICTS, Evidence, from_dict
+from .verdict import VERDICTS
 
-PAPERS = {
-    "FedVRA": "Wang et al., *Beyond ADMM: a unified client-variance-reduced adaptive FL framework* (AAAI 2023)",
-    "CEADMM": "Zhou & Li, *Communication-efficient ADMM-based federated learning*",
-    "AdaFedAdam": "Ju et al., *Accelerating fair federated learning: adaptive federated Adam* (IEEE TMLCN 2024)",
-}
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Claim:
-    """One claim of a paper, as a notebook tested it; its verdict is computed from ``evidence`` by the package's rule
-    (:mod:`fedcompanion.verdict`), never written by hand.
-
-    Attributes:
-        id: stable identifier, e.g. ``fedvra.fig2.dual_stepsize``.
-        paper: ``FedVRA``, ``CEADMM`` or ``AdaFedAdam``.
-        claim: the claim in one line.
-        figures: the figure files (names in ``figures/``, without extension) that test it.
-        evidence: the items the rule decides on (:class:`~fedcompanion.verdict.Evidence`, or their dicts as stored).
-        numbers: what else was measured, in words (means and spreads over seeds).
-        settings: the settings of the runs (those the paper does not give are ours: say so).
-        deviations: where the runs depart from the paper or the authors' code, and reconstructions.
-        reconstruction: the experiment is ours (the paper does not give it): the rule says "holds (our
-            reconstruction)" where it would say "reproduces".
-        controls: the test applied to what the claim excludes; unless each is rejected, "not testable here".
-    """
-
-    id: str
-    paper: str
-    claim: str
-    figures: list[str]
-    evidence: list
-    numbers: str = ""
-    settings: str = ""
-    deviations: str = ""
-    reconstruction: bool = False
-    controls: list = field(default_factory=list)
-
-    def __post_init__(self):
-        if self.paper not in PAPERS:
-            raise ValueError(f"paper must be one of {list(PAPERS)}, got {self.paper!r}")
-        self.evidence, self.controls = ([e if isinstance(e, Evidence) else from_dict(e) for e in items]
-                                        for items in (self.evidence, self.controls))
-        if not self.evidence:
-            raise ValueError(f"claim {self.id!r} has no evidence: the verdict rule needs at least one item")
-
-    @property
-    def verdict(self) -> str:
-        """The word, from the evidence by :func:`fedcompanion.decision.decide`."""
-        return decide(self.evidence, self.reconstruction, self.controls)
-
-    def explain(self) -> str:
-        """Where it holds and where not, and its controls (:func:`fedcompanion.decision.explain`)."""
-        return explain(self.evidence, self.controls)
-
-    def items(self) -> list[tuple[str, Evidence]]:
-        """Each item with its word within the claim (Holm-adjusted, :func:`fedcompanion.decision.words`), in short:
-        ``holds``, ``tie``, ``reversed`` or ``not testable``."""
-        short = {"reproduces": "holds", "tie": "tie", "not testable here": "not testable"}
-        return [(short.get(w, "reversed"), e) for w, e in zip(words(self.evidence), self.evidence)]
-
-    def held(self) -> str:
-        """``k of n items hold`` (n: the testable items)."""
-        items = self.items()
-        testable = [w for w, _ in items if w != "not testable"]
-        n = len(testable)
-        return f"{testable.count('holds')} of {n} item{'s hold' if n != 1 else ' holds'}"
-
-
-@dataclass
-class Summary:
-    notebook: str
-    title: str
-    profile: str
-    claims: list[Claim]
-    diverged: list[dict] = field(default_factory=list)
-    runs: int = 0
-    checks: dict = field(default_factory=dict)
-
-
-def summaries_dir(results_dir: str | Path) -> Path:
-    """Where the notebooks' summaries live: <results_dir>/summaries."""
-    return Path(results_dir) / "summaries"
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What :func:`record` returns: the summary's ``path`` (it is a path-like object) and, as a notebook's last
-    output, the verdicts it records: each claim's word, where it holds, and each item's effect and interval."""
-
-    path: Path
-    summary: Summary
-
-    def __fspath__(self) -> str:
-        return str(self.path)
-
-    def __repr__(self) -> str:
-        out = [f"{self.summary.title} ({self.summary.profile} profile; summary {self.path})"]
-        for c in self.summary.claims:
-            out += [f"{c.id}: {c.verdict} ({c.explain()})"] + [f"    {e.describe()}" for e in c.evidence]
-        return "\n".join(out)
-
-    def _repr_markdown_(self) -> str:
-        out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.decision`; each claim's "
-               "entry in REPRODUCTION.md defines the words):", "", "| claim | verdict | items |", "|---|---|---|"]
-        report = "../" * (self.summary.notebook.count("/") + 1) + "REPRODUCTION.md"  # from notebooks/<name>.ipynb
-        out += [f"| {_escape(c.claim)} (`{c.id}`, [report]({report}#{anchor(c.id)})) | **{c.verdict}** "
-                f"| {c.held()} |" for c in self.summary.claims]
-        for c in self.summary.claims:
-            out += ["", f"`{c.id}`:"] + [f"* {w}: {_escape(e.describe())}" for w, e in c.items()]
-            out += [f"* control (the test must reject it): {_escape(e.describe())}" for e in c.controls]
-        return "\n".join(out)
-
-
-def anchor(claim_id: str) -> str:
-    """The HTML anchor of a claim's entry in REPRODUCTION.md (``fedvra.fig3.faster`` -> ``fedvra-fig3-faster``)."""
-    return claim_id.replace(".", "-")
-
-
-def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Path, profile: str,
-           diverged: list[dict] | None = None, runs: int = 0, checks: dict | None = None) -> Recorded:
-    """Write a notebook's summary (atomically) and return it as :class:`Recorded` (its path, and its verdicts as
-    the notebook's last output). ``checks`` holds facts the tests read back from the committed results (e.g. where
-    each tuned value lies in its grid)."""
-    if not notebook or notebook.startswith("_"):
-        raise ValueError(f"record: notebook {notebook!r} must be a notebook's name; names starting with _ are the "
-                         "reproduction's bookkeeping files (_timings, _history)")
-    summary = Summary(notebook, title, profile, claims, diverged or [], runs, checks or {})
-    folder = summaries_dir(results_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (notebook.replace("/", "--") + ".json")
-    return Recorded(write_atomic(path, json.dumps(asdict(summary), indent=1, sort_keys=True) + "\n"), summary)
-
-
-def load_summaries(results_dir: str | Path) -> list[Summary]:
-    """Every notebook's summary in ``results_dir`` (files starting with _ are bookkeeping, not summaries)."""
-    folder = summaries_dir(results_dir)
-    return [read_summary(path) for path in sorted(folder.glob("*.json")) if not path.name.startswith("_")]
-
-
-_CLAIM_FIELDS = {"id": (str,), "paper": (str,), "claim": (str,), "figures": (list,), "evidence": (list,),
-                 "numbers": (str,), "settings": (str,), "deviations": (str,), "reconstruction": (bool,),
-                 "controls": (list,)}
-_TUNED_FIELDS = {"default": (dict,), "default_score": (float,), "value": (dict,), "score": (float,),
-                 "at_edge": (list,), "grid": (dict,)}
-
-
-def read_summary(path: Path) -> Summary:
-    """One notebook's summary, every field the report reads checked (:class:`~fedcompanion.atomic.DamagedFile`
-    names the file and the field)."""
-    data = read_json(path, "notebook summary")
-    for name, kinds in (("notebook", (str,)), ("title", (str,)), ("profile", (str,)), ("claims", (list,)),
-                        ("diverged", (list,)), ("runs", (int,)), ("checks", (dict,))):
-        _field(data, name, kinds, path, default=None if name in ("diverged", "runs", "checks") else ...)
-    unknown = sorted(set(data) - {f.name for f in Summary.__dataclass_fields__.values()})
-    if unknown:
-        raise DamagedFile(f"{path}: unknown field(s) {unknown} in a notebook summary")
-    claims = []
-    for i, c in enumerate(data["claims"]):
-        where = f"claims[{i}]"
-        for name, kinds in _CLAIM_FIELDS.items():
-            _field(c, name, kinds, path, where=where, default=None if name not in ("id", "paper", "evidence") else ...)
-        try:
-            claims.append(Claim(**c))
-        except (TypeError, ValueError) as exc:
-            raise DamagedFile(f"{path}: {where} (claim {c.get('id')!r}) is not a claim the rule can read: {exc}") \
-                from None
-    for method, t in (data.get("checks") or {}).get("tuned", {}).items():
-        if isinstance(t, dict) and "default" in t:
-            for name, kinds in _TUNED_FIELDS.items():
-                _field(t, name, kinds, path, where=f"checks.tuned.{method}")
-    return Summary(**{**data, "claims": claims})
-
-
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def claims_table(summaries: list[Summary]) -> str:
@@ -210,8 +45,8 @@ def claims_table(summaries: list[Summary]) -> str:
             for c in s.claims:
                 if c.paper != paper:
                     continue
-                rows.append(f"| {paper} | {_escape(c.claim)} | **{c.verdict}** | {_seeds(c)} | "
-                            f"{_escape(c.explain())} | `{s.notebook}` |")
+                rows.append(f"| {paper} | {escape_cell(c.claim)} | **{c.verdict}** | {_seeds(c)} | "
+                            f"{escape_cell(c.explain())} | `{s.notebook}` |")
     return "\n".join(rows)
 
 
@@ -308,7 +143,7 @@ def render(results_dir: str | Path = "results") -> str:
         diverged=diverged, now=now,
         passes=[(one.get("name") or f"pass {k + 1}", one.get("from", "earlier")) for k, one in enumerate(history)],
         changed=[dict(id=c, since=one.get("name") or f"pass {k + 1}", previous=v["previous"],
-                      why=_escape(v.get("why", "")))
+                      why=escape_cell(v.get("why", "")))
                  for k, one in enumerate(history) for c, v in one["claims"].items() if c in now],
         provenance=provenance(results_dir), summaries=summaries, seconds=timings.get("notebooks", {}),
         elapsed=timings.get("elapsed"), parallel=timings.get("parallel"),

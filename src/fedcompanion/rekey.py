@@ -117,13 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before], check=True,
                        capture_output=True)
         try:
-            return _rekey(results, tree / "src", Path(tmp))
+            return rekey(results, tree / "src", Path(tmp))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False,
                            capture_output=True)
 
 
-def _rekey(results: Path, before: Path, tmp: Path) -> int:
+def rekey(results: Path, before: Path, tmp: Path) -> int:
+    """The work of :func:`main` with the old code's ``src`` folder given: carry what can be carried (the module
+    docstring), print a line per group, return the exit status; ``tmp`` holds the recomputed samples."""
     made_before = set(json.loads(_python(before, _CURRENT, str(results))))
     stored = [m for m in _stored(results) if m["_file"] in made_before]
     moved = [m for m in stored if not is_current(m)]

@@ -128,8 +128,9 @@ class Recorded:
 
 
 def anchor(claim_id: str) -> str:
-    """The HTML anchor of a claim's entry in REPRODUCTION.md (``fedvra.fig3.faster`` -> ``fedvra-fig3-faster``)."""
-    return claim_id.replace(".", "-")
+    """The HTML anchor of a claim's entry in REPRODUCTION.md (``adafedadam.fair_baselines`` ->
+    ``adafedadam-fair-baselines``: letters, digits and hyphens, which Sphinx keeps as they are)."""
+    return claim_id.replace(".", "-").replace("_", "-")
 
 
 def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Path, profile: str,

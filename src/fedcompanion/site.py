@@ -194,6 +194,7 @@ def build(output: Path = ROOT / "build" / "html", notebooks: Path | None = None,
     from sphinx.cmd.build import build_main
 
     source = assemble(ROOT / "build" / "site-src", notebooks, figures, report, results)
+    shutil.rmtree(output / "_modules", ignore_errors=True)  # viewcode keeps a page newer than its source: stale anchors
     status = build_main(["-E", "-W", "--keep-going", "-q", "-b", "html", str(source), str(output)])
     if status != 0:
         raise RuntimeError(f"sphinx-build failed with status {status} (warnings are errors)")

@@ -69,7 +69,9 @@ def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str
                         + " | ".join(str(counts.get(v, "")) for v in words) + " |")
     elapsed = (timings or {}).get("elapsed")
     if elapsed is not None:
-        rows += ["", f"The last `make reproduce` from an empty cache took {elapsed / 60:.1f} minutes "
+        pool = {None: "", "local": " with `--scheduler local` (one Dask cluster of the machine's cores for every "
+                "notebook)"}.get(timings.get("pool"), f" with its runs on {timings.get('pool')}")
+        rows += ["", f"The last `make reproduce` from an empty cache{pool} took {elapsed / 60:.1f} minutes "
                      f"({timings.get('machine', 'machine not recorded')}); REPRODUCTION.md names the platform that "
                      "computed each committed run."]
     return "\n".join(rows)
@@ -146,7 +148,7 @@ def render(results_dir: str | Path = "results") -> str:
                       why=escape_cell(v.get("why", "")))
                  for k, one in enumerate(history) for c, v in one["claims"].items() if c in now],
         provenance=provenance(results_dir), summaries=summaries, seconds=timings.get("notebooks", {}),
-        elapsed=timings.get("elapsed"), parallel=timings.get("parallel"),
+        elapsed=timings.get("elapsed"), parallel=timings.get("parallel"), pool=timings.get("pool"),
         figures=sorted({f for s in summaries for c in s.claims for f in c.figures}))
     return text.rstrip() + "\n"
 

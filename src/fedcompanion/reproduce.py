@@ -352,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
               f"traceback in {out_dir.relative_to(ROOT)})", file=sys.stderr)
         return 1
     if cold and len(todo) == len(selected("", args.profile)):
-        write_timings(results, {}, elapsed=elapsed, parallel=parallel)
+        write_timings(results, {}, elapsed=elapsed, parallel=parallel,
+                      pool="local" if args.scheduler == "local" else "a Dask cluster" if args.scheduler else None)
     elif not cold:
         kept = (results / "summaries" / "_timings.json").relative_to(ROOT)
         print(f"wall times not recorded: {results.relative_to(ROOT)} held cached runs ({kept} keeps those of the "

@@ -21,22 +21,25 @@ def read_timings(results_dir: str | Path) -> dict:
         _field(data["notebooks"], name, (float,), path, where="notebooks")
     _field(data, "elapsed", (float, type(None)), path, default=None)
     _field(data, "parallel", (int, type(None)), path, default=None)
+    _field(data, "pool", (str, type(None)), path, default=None)
     return data
 
 
 def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed: float | None = None,
-                  parallel: int | None = None) -> None:
+                  parallel: int | None = None, pool: str | None = None) -> None:
     """Merge notebook wall times (seconds) into ``_timings.json`` with a description of the machine; ``elapsed``
-    (a whole reproduction, ``parallel`` notebooks at a time) replaces the previous one."""
+    (a whole reproduction, ``parallel`` notebooks at a time, its runs computed by ``pool``: ``None`` for each
+    notebook's own processes, else the Dask scheduler, ``local`` for one cluster of this machine's cores) replaces
+    the previous one."""
     path = Path(results_dir) / "summaries" / "_timings.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     old = read_timings(results_dir)
     notebooks = {**old.get("notebooks", {}), **{k: round(v, 1) for k, v in timings.items()}}
     data = {"machine": machine(), "notebooks": dict(sorted(notebooks.items()))}
     if elapsed is not None:
-        data["elapsed"], data["parallel"] = round(elapsed, 1), parallel
+        data["elapsed"], data["parallel"], data["pool"] = round(elapsed, 1), parallel, pool
     elif "elapsed" in old:
-        data["elapsed"], data["parallel"] = old["elapsed"], old.get("parallel")
+        data["elapsed"], data["parallel"], data["pool"] = old["elapsed"], old.get("parallel"), old.get("pool")
     write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 

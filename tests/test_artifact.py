@@ -70,6 +70,22 @@ def test_every_summary_is_from_the_paper_profile_and_every_notebook_has_one():
     assert {s.profile for s in summaries.values()} == {"paper"}
 
 
+# claims whose test a wrong method would pass without a control (issue 43): each must carry one, rejected
+MUST_REJECT_A_CONTROL = ("fedvra.theorem1.rate", "adafedadam.theorem2", "ceadmm.rate")
+
+
+@pytest.mark.parametrize("claim_id", MUST_REJECT_A_CONTROL)
+def test_rate_and_convergence_claims_reject_their_control(claim_id):
+    """The committed evidence of each rate or convergence claim includes a control, the claim's test applied to a
+    method the claim excludes (FedVRA with a fixed batch, gradient descent that barely moves, AdaFedAdam on another
+    objective), and the test rejected it: a claim whose control passed would read "not testable here"."""
+    from fedcompanion.decision import rejected
+
+    claim = next(c for s in load_summaries(RESULTS) for c in s.claims if c.id == claim_id)
+    assert claim.controls, f"{claim_id} has no control"
+    assert rejected(claim.controls), f"{claim_id}'s test did not reject its control"
+    assert claim.verdict != "not testable here"
+
 @pytest.mark.parametrize("notebook", ["fedvra/04_against_baselines", "adafedadam/03_adafedadam"])
 def test_tuned_step_sizes_lie_inside_their_grids(notebook):
     """Every tuned step size is inside its (possibly extended) grid. A regulariser whose best value is its grid's

@@ -73,3 +73,42 @@ def test_a_misspelled_papermill_parameter_is_named_not_ignored():
         parameters(namespace, smoke=dict(rounds=1))
     namespace["In"][2] = "# Parameters\nrounds = 5\nprofile = 'paper'\n"  # declared names pass
     assert parameters(namespace, smoke=dict(rounds=1)).rounds == 5
+
+
+def _kernel(parameters_cell: str, injected: str = "", **values) -> dict:
+    """A notebook kernel's namespace after its parameters cell (and papermill's injected cell) ran."""
+    cells = ["", parameters_cell] + ([injected] if injected else []) + ["import fedcompanion"]
+    namespace: dict = {}
+    for source in cells[1:3]:
+        exec(source, namespace)
+    namespace.pop("__builtins__", None)
+    return namespace | values | {"In": cells}
+
+
+CELL = "profile = 'paper'\nrounds = 200\nlr = 0.05\nseeds = [0, 1, 2]"
+
+
+def test_the_smoke_profile_lists_only_what_it_changes():
+    """The parameters and their types come from the parameters cell; the smoke dict names only its changes."""
+    from fedcompanion.notebook import parameters
+
+    p = parameters(_kernel(CELL), smoke=dict(rounds=2))
+    assert (p.rounds, p.lr, p.seeds) == (200, 0.05, [0, 1, 2])
+    p = parameters(_kernel(CELL.replace("'paper'", "'smoke'")), smoke=dict(rounds=2))
+    assert (p.rounds, p.lr, p.seeds) == (2, 0.05, [0, 1, 2])
+    with pytest.raises(ConfigError, match=r"the smoke profile names \['rouns'\]"):
+        parameters(_kernel(CELL), smoke=dict(rouns=2))
+    with pytest.raises(ConfigError, match="the smoke value of 'rounds' must be an int"):
+        parameters(_kernel(CELL), smoke=dict(rounds=2.5))
+    with pytest.raises(ConfigError, match="'lr' must be a number"):  # the type is the parameters cell's
+        parameters(_kernel(CELL, "# Parameters\nlr = '0.1'\n"), smoke=dict(rounds=2))
+
+
+def test_a_value_given_by_name_is_never_replaced_by_the_smoke_profile():
+    """`papermill -p profile smoke -p rounds 7` runs 7 rounds: the smoke profile fills in only what nobody asked
+    for (it used to replace every value it listed, silently)."""
+    from fedcompanion.notebook import parameters
+
+    injected = "# Parameters\nprofile = 'smoke'\nrounds = 7\n"
+    p = parameters(_kernel(CELL, injected), smoke=dict(rounds=2, seeds=[0]))
+    assert (p.rounds, p.seeds, p.profile) == (7, [0], "smoke")

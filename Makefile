@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# Where torch comes from: the default registry (PyPI's Linux wheel brings CUDA libraries, 6.5 GB in .venv), or a
+# CPU-only index, e.g. `make env TORCH_INDEX=https://download.pytorch.org/whl/cpu` (not reachable from the machines
+# this project is tested on, whose registry has no CPU-only torch 2.14.1).
+TORCH_INDEX ?=
 
 .PHONY: env test unit notebooks reproduce reproduce-smoke arena extended verify verify-figures html lab bench lint clean
 
@@ -12,7 +16,7 @@ $(STAMP): pyproject.toml
 	@echo ">> creating $(VENV) (first time: a few minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install --quiet -e '.[dev,flower,dask]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name fedcompanion --display-name "Python (fedcompanion)" >/dev/null
 	@touch $(STAMP)

@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # this project is tested on, whose registry has no CPU-only torch 2.14.1).
 TORCH_INDEX ?=
 
-.PHONY: env test unit notebooks reproduce reproduce-smoke arena extended verify verify-figures html lab bench lint clean
+.PHONY: env test unit notebooks reproduce reproduce-smoke arena extended verify verify-figures html screenshots lab bench lint clean
 
 # The environment: a venv made from pyproject.toml (conda users: environment.yml) with the [flower] extra, plus a
 # Jupyter kernel registered inside it. torch and torchvision first, at the versions tested (this machine's wheels).
@@ -64,6 +64,10 @@ verify-figures: $(STAMP)
 
 html: $(STAMP)
 	$(BIN)/python -m fedcompanion.site --paper
+
+# docs/screenshots/: the built site's front page, a notebook page and the report, in headless Chromium (offline)
+screenshots: html
+	$(BIN)/python -m fedcompanion.site --screenshots
 
 # JupyterLab on notebooks/ with the project's kernel; as root (containers, CI images) it needs --allow-root.
 # Options pass through: `make lab ARGS="--no-browser --port 8899"`.

@@ -28,6 +28,7 @@ import torch
 
 import fedcompanion as fc
 from fedcompanion.algorithms.admm_blocks import ClientBlocks
+from fedcompanion.machine import default_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = {
@@ -38,10 +39,10 @@ PROBLEMS = {
 }
 
 
-def ours(task, method, k0, hp, iterations, record_every=1):
+def ours(task, method, k0, hp, iterations, record_every=1, threads=None):
     algo = fc.make(method, k0=k0, **hp)
     tic = time.perf_counter()
-    result = fc.run(task, algo, iterations, eval_every=record_every)
+    result = fc.run(task, algo, iterations, eval_every=record_every, threads=threads)
     return time.perf_counter() - tic, result.metric("objective_y").to_numpy()
 
 
@@ -78,12 +79,45 @@ def authors(task, problem, method, k0, iterations, solvers: Path, work: Path):
     return float(values[0]), values[1:]
 
 
+def measure(task, method, spec, hp, threads, repeats, setup):
+    """fedcompanion's time per iteration (medians of interleaved runs) and its f(y^k) trajectory."""
+    n1, n2 = spec["lengths"]
+    times = {"t1": [], "t2": [], "quiet": []}
+    for _ in range(repeats):  # interleaved, medians: one timing of a ~1 s run is noisy
+        times["t1"].append(ours(task, method, spec["k0"], hp, n1, threads=threads)[0])
+        t, f_ours = ours(task, method, spec["k0"], hp, n2, threads=threads)
+        times["t2"].append(t)
+        times["quiet"].append(ours(task, method, spec["k0"], hp, n2, record_every=n2, threads=threads)[0])
+    t1, t2, quiet = (statistics.median(times[k]) for k in ("t1", "t2", "quiet"))
+    used = threads or default_threads(task.num_params) or torch.get_num_threads()
+    return dict(problem=spec["name"], method=method, hyperparameters=str(hp), k0=spec["k0"], setup_s=setup,
+                threads=used, default_threads=threads is None, ours_ms_per_iteration=1e3 * (t2 - t1) / (n2 - n1),
+                recording_overhead=(t2 - quiet) / quiet), f_ours
+
+
+def compare_authors(row, task, problem, method, spec, f_ours, solvers, work) -> str:
+    """Time the authors' solver on the same problem (two lengths) and compare trajectories; fills ``row``."""
+    n1, n2 = spec["lengths"]
+    got = authors(task, problem, method, spec["k0"], n1, solvers, work)
+    if got is None:
+        return "; the authors publish no solver for this case"
+    a1, _ = got
+    a2, f_authors = authors(task, problem, method, spec["k0"], n2, solvers, work)
+    a_per_it, per_it = (a2 - a1) / (n2 - n1), row["ours_ms_per_iteration"] / 1e3
+    k = min(len(f_ours), len(f_authors))
+    gap = float(np.max(np.abs(f_ours[:k] - f_authors[:k]) / np.abs(f_authors[:k])))
+    row.update(authors_ms_per_iteration=1e3 * a_per_it, speedup=a_per_it / per_it,
+               max_relative_objective_difference=gap)
+    return f"; authors' code {1e3 * a_per_it:7.2f} ms/iteration: {a_per_it / per_it:5.1f}x; f(y^k) agree to {gap:.1e}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--authors-code", type=Path, help="folder holding ICEADMM4LinearReg.m and ICEADMM4LogistReg.m")
     parser.add_argument("--repeats", type=int, default=5, help="timings of fedcompanion's runs (medians)")
+    parser.add_argument("--threads", type=int, nargs="*", default=[2],
+                        help="also time fedcompanion on these torch thread counts, beside its default")
     args = parser.parse_args()
-    torch.set_num_threads(2)
     use_octave = args.authors_code is not None
     if use_octave and not shutil.which("octave"):
         print("GNU Octave is not installed here: measuring fedcompanion only")
@@ -99,38 +133,19 @@ def main() -> int:
         setup = time.perf_counter() - tic
         print(f"\n{problem}: {task.num_clients} clients, n = {task.num_params}; set-up (blocks and Lipschitz "
               f"constants) {setup:.2f} s")
-        n1, n2 = spec["lengths"]
+        spec = dict(spec, name=problem)
         with tempfile.TemporaryDirectory() as tmp:
             for method, hp in spec["runs"].items():
-                times = {"t1": [], "t2": [], "quiet": []}
-                for _ in range(args.repeats):  # interleaved, medians: one timing of a ~1 s run is noisy
-                    times["t1"].append(ours(task, method, spec["k0"], hp, n1)[0])
-                    t, f_ours = ours(task, method, spec["k0"], hp, n2)
-                    times["t2"].append(t)
-                    times["quiet"].append(ours(task, method, spec["k0"], hp, n2, record_every=n2)[0])
-                t1, t2, quiet = (statistics.median(times[k]) for k in ("t1", "t2", "quiet"))
-                per_it = (t2 - t1) / (n2 - n1)
-                overhead = (t2 - quiet) / quiet
-                row = dict(problem=problem, method=method, hyperparameters=str(hp), k0=spec["k0"], setup_s=setup,
-                           ours_ms_per_iteration=1e3 * per_it, recording_overhead=overhead)
-                line = (f"  {method:8s} {hp!s:24s} fedcompanion {1e3 * per_it:7.2f} ms/iteration "
-                        f"(recording every iteration costs {100 * overhead:+.0f}%)")
-                if use_octave:
-                    got = authors(task, problem, method, spec["k0"], n1, args.authors_code, Path(tmp))
-                    if got is not None:
-                        a1, _ = got
-                        a2, f_authors = authors(task, problem, method, spec["k0"], n2, args.authors_code, Path(tmp))
-                        a_per_it = (a2 - a1) / (n2 - n1)
-                        k = min(len(f_ours), len(f_authors))
-                        gap = float(np.max(np.abs(f_ours[:k] - f_authors[:k]) / np.abs(f_authors[:k])))
-                        row.update(authors_ms_per_iteration=1e3 * a_per_it, speedup=a_per_it / per_it,
-                                   max_relative_objective_difference=gap)
-                        line += (f"; authors' code {1e3 * a_per_it:7.2f} ms/iteration: {a_per_it / per_it:5.1f}x; "
-                                 f"f(y^k) agree to {gap:.1e}")
-                    else:
-                        line += "; the authors publish no solver for this case"
-                print(line, flush=True)
-                rows.append(row)
+                for threads in [None, *args.threads]:  # None: fc.run's default (one thread on a small problem)
+                    row, f_ours = measure(task, method, spec, hp, threads, args.repeats, setup)
+                    shown = "default" if threads is None else f"{threads} threads"
+                    line = (f"  {method:8s} {hp!s:24s} fedcompanion ({shown}, {row['threads']} used) "
+                            f"{row['ours_ms_per_iteration']:7.2f} ms/iteration (recording every iteration costs "
+                            f"{100 * row['recording_overhead']:+.0f}%)")
+                    if use_octave and threads is None:
+                        line += compare_authors(row, task, problem, method, spec, f_ours, args.authors_code, Path(tmp))
+                    print(line, flush=True)
+                    rows.append(row)
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "ceadmm.csv", index=False)

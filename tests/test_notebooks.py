@@ -22,6 +22,10 @@ def test_notebook_runs_with_smoke_profile(notebook):
     shown = [o.get("data", {}).get("text/markdown", "") for c in nbformat.read(out, 4).cells
              if c.cell_type == "code" for o in c.get("outputs", [])]
     assert any(text.startswith("**Verdicts**") for text in shown), notebook
+    printed = "".join("".join(o.get("text", "")) for c in nbformat.read(out, 4).cells if c.cell_type == "code"
+                      for o in c.get("outputs", []))
+    warned = [line for line in printed.splitlines() if "OverlappingTextWarning" in line]
+    assert not warned, f"{notebook}: a figure draws text over text: {warned[0]}"
 
 
 @pytest.mark.notebook

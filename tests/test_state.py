@@ -171,3 +171,25 @@ def test_scaffold_and_feddyn_ignore_the_client_weights(lsq_sized, name, hp):
     runs = [fc.run(task, fc.make(name, **hp), rounds=4, lr=0.05, local=WORK, clients_per_round=3, seed=0,
                    per_client_metrics=False) for task in (lsq_sized, uniform)]
     assert torch.equal(runs[0].params, runs[1].params)
+
+
+@pytest.mark.parametrize("name,hp", [("fedavg", {}), ("iceadmm", {"k0": 2})])
+def test_a_small_run_computes_on_one_thread_and_leaves_the_count_as_it_was(lsq, name, hp):
+    """A small problem runs on one torch thread by default (as every run of a sweep; two threads made ICEADMM on
+    n = 100 3-5x slower on a loaded machine), ``threads`` overrides it, and the process's count is restored."""
+    from fedcompanion.validation import ConfigError
+
+    seen = []
+    probe = {"threads": lambda x: seen.append(torch.get_num_threads()) or 0.0}
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        fc.run(lsq, fc.make(name, **hp), 2, extra_metrics=probe)
+        assert set(seen) == {1} and torch.get_num_threads() == 2
+        seen.clear()
+        fc.run(lsq, fc.make(name, **hp), 2, extra_metrics=probe, threads=2)
+        assert set(seen) == {2}
+        with pytest.raises(ConfigError, match="threads"):
+            fc.run(lsq, fc.make(name, **hp), 2, threads=0)
+    finally:
+        torch.set_num_threads(before)

@@ -21,6 +21,7 @@ from .algorithms.base import is_engine_algorithm, is_full_batch
 from .engine import DEFAULT_ENGINE, ENGINES
 from .engine.sampling import make_sampler
 from .engine.schedule import LocalWork
+from .machine import default_threads, torch_threads
 from .memory import reuse_freed_memory
 from .metrics import fairness
 from .protocol import (
@@ -269,6 +270,7 @@ def run(
     tol: float | None = None,
     eval_train: bool = True,
     device: str | torch.device | None = None,
+    threads: int | None = None,
     progress: bool = False,
 ) -> RunResult:
     """Train ``algorithm`` on ``task`` for ``rounds`` communication rounds (the ADMM family: iterations).
@@ -295,6 +297,8 @@ def run(
             metrics where the task has no held-out splits). ``False`` saves that pass (the one that dominates an
             evaluation) for runs that need only the test metrics; divergence is then judged on the test loss.
         device: run on this device (``"cpu"``, ``"cuda"``); default: where the task is.
+        threads: torch threads for the run, restored after it; default: one for a model of at most
+            :data:`~fedcompanion.machine.SMALL_PROBLEM` parameters (as every run of a sweep), else torch's setting.
         progress: show a progress bar.
 
     The ADMM family (``fc.make("ceadmm", k0=10)``, ...) runs full-batch with every client in every iteration and
@@ -311,6 +315,15 @@ def run(
     """
     _check_common_arguments(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor,
                             tol, device)
+    if threads is not None:
+        check_number("threads", threads, low=1, integer=True)
+    with torch_threads(threads if threads is not None else default_threads(task.num_params)):
+        return _run(task, algorithm, rounds, clients_per_round, seed, engine, lr, local, sampling, eval_every,
+                    per_client_metrics, extra_metrics, init, divergence_factor, tol, eval_train, device, progress)
+
+
+def _run(task, algorithm, rounds, clients_per_round, seed, engine, lr, local, sampling, eval_every, per_client_metrics,
+         extra_metrics, init, divergence_factor, tol, eval_train, device, progress) -> RunResult:
     task = task if device is None else task.to(device)
     if is_full_batch(algorithm):
         return _run_full_batch(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor,

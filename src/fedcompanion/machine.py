@@ -8,6 +8,7 @@ machine is the same platform (:mod:`fedcompanion.verify`).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -61,3 +62,32 @@ def describe() -> str:
     p = numerical_platform()
     return (f"{os.cpu_count()} CPU cores ({p['cpu']}; {p['cpu_capability']} kernels, {p['blas']}), "
             f"Python {platform.python_version()}, torch {p['torch']}")
+
+
+# A problem with at most this many parameters runs on one torch thread by default: its products are too small to
+# split (benchmarks/ceadmm.py: ICEADMM on 200 clients, n = 100, took 8.8-15.8 ms an iteration on two MKL threads of
+# a loaded 2-core machine, 2.4-2.9 ms on one), and one thread is what every run of a sweep uses.
+SMALL_PROBLEM = 4096
+
+
+def default_threads(num_params: int) -> int | None:
+    """Torch threads for a run of a model with ``num_params`` parameters: one for a small problem, else ``None``
+    (torch's setting, the machine's cores unless the caller set it)."""
+    return 1 if num_params <= SMALL_PROBLEM else None
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None):
+    """Run the block on ``threads`` torch threads (``None``: as set), and give the process its count back after:
+    a run leaves no thread setting behind."""
+    import torch
+
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -226,7 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "html")
     parser.add_argument("--paper", action="store_true", help="execute the notebooks without a paper-profile copy "
                         "first (python -m fedcompanion.reproduce --only ...), reading their runs from the cache")
+    parser.add_argument("--screenshots", action="store_true", help="only take the screenshots of the built site "
+                        "(front page, a notebook page, the report) into docs/screenshots/, with headless Chromium")
     args = parser.parse_args(argv)
+    if args.screenshots:
+        for path in screenshots(args.output):
+            print(f"wrote {path.relative_to(ROOT)}")
+        return 0
     missing = without_paper_copy() if args.paper else []
     if missing:
         from .reproduce import main as reproduce
@@ -236,6 +242,33 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(f"wrote {build(args.output)}")
     return 0
+
+
+SCREENSHOTS = {"front_page": "index.html", "notebook_page": "notebooks/fedvra/01_admm_is_variance_reduction.html",
+               "report_page": "REPRODUCTION.html"}
+
+
+def screenshots(site: Path, out: Path = ROOT / "docs" / "screenshots", size: tuple[int, int] = (1280, 1800)) -> list:
+    """The first screen and a half of each page in :data:`SCREENSHOTS` of the built ``site``, as a reader sees it:
+    headless Chromium, from files (no network), ``size`` pixels. Needs ``chromium`` on the PATH."""
+    import subprocess
+
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        raise SystemExit("screenshots need headless Chromium (chromium, chromium-browser or google-chrome on the PATH)")
+    missing = [page for page in SCREENSHOTS.values() if not (site / page).exists()]
+    if missing:
+        raise SystemExit(f"{site} has no {missing}: run `make html` first")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, page in SCREENSHOTS.items():
+        path = out / f"{name}.png"
+        subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--no-first-run", "--disable-background-networking", f"--window-size={size[0]},{size[1]}",
+                        f"--screenshot={path}", (site / page).resolve().as_uri()],
+                       check=True, capture_output=True, timeout=120)
+        written.append(path)
+    return written
 
 
 if __name__ == "__main__":

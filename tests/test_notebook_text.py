@@ -86,3 +86,16 @@ def test_make_lab_starts_as_root_and_passes_options():
     dry = subprocess.run(["make", "-n", "lab", "ARGS=--port 8899"], cwd=ROOT, capture_output=True, text=True).stdout
     line = next(x for x in dry.splitlines() if "jupyter lab" in x)
     assert line.endswith("--port 8899") and ("--allow-root" in line) == (os.geteuid() == 0)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
+def test_every_exercise_says_what_it_costs(path):
+    """Issue 46: a student should know before starting that an exercise reruns the slowest part of an hour-long
+    sweep. Each numbered item of the notebook's Exercises section carries a ``*Cost: ...*``."""
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
+    section = next((s[s.index("## Exercises"):] for s in cells if "## Exercises" in s), None)
+    assert section is not None, "the notebook has no Exercises section"
+    items = re.split(r"(?m)^(?=\d+\. )", section)[1:]
+    assert items, "the Exercises section has no numbered exercise"
+    for item in items:
+        assert "*Cost:" in item, f"exercise without its cost: {item[:80]!r}"

@@ -91,6 +91,7 @@ class Summary:
     diverged: list[dict] = field(default_factory=list)
     runs: int = 0
     checks: dict = field(default_factory=dict)
+    runs_read: list | None = None  # the hashes of the stored runs the notebook read (None: not recorded)
 
 
 def summaries_dir(results_dir: str | Path) -> Path:
@@ -137,11 +138,14 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
            diverged: list[dict] | None = None, runs: int = 0, checks: dict | None = None) -> Recorded:
     """Write a notebook's summary (atomically) and return it as :class:`Recorded` (its path, and its verdicts as
     the notebook's last output). ``checks`` holds facts the tests read back from the committed results (e.g. where
-    each tuned value lies in its grid)."""
+    each tuned value lies in its grid). The summary also lists the stored runs the notebook read (their hashes), and
+    this process forgets them."""
     if not notebook or notebook.startswith("_"):
         raise ValueError(f"record: notebook {notebook!r} must be a notebook's name; names starting with _ are the "
                          "reproduction's bookkeeping files (_timings, _history)")
-    summary = Summary(notebook, title, profile, claims, diverged or [], runs, checks or {})
+    from .experiments.cache import take_read_runs
+
+    summary = Summary(notebook, title, profile, claims, diverged or [], runs, checks or {}, take_read_runs())
     folder = summaries_dir(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (notebook.replace("/", "--") + ".json")
@@ -166,8 +170,8 @@ def read_summary(path: Path) -> Summary:
     names the file and the field)."""
     data = read_json(path, "notebook summary")
     for name, kinds in (("notebook", (str,)), ("title", (str,)), ("profile", (str,)), ("claims", (list,)),
-                        ("diverged", (list,)), ("runs", (int,)), ("checks", (dict,))):
-        _field(data, name, kinds, path, default=None if name in ("diverged", "runs", "checks") else ...)
+                        ("diverged", (list,)), ("runs", (int,)), ("checks", (dict,)), ("runs_read", (list,))):
+        _field(data, name, kinds, path, default=None if name in ("diverged", "runs", "checks", "runs_read") else ...)
     unknown = sorted(set(data) - {f.name for f in Summary.__dataclass_fields__.values()})
     if unknown:
         raise DamagedFile(f"{path}: unknown field(s) {unknown} in a notebook summary")

@@ -143,9 +143,22 @@ def is_cached(config: ExperimentConfig, results_dir: str | Path, with_params: bo
         return False
 
 
+# The hashes of the runs this process has read (load_result, load_params): a notebook's summary lists them
+# (claims.record), so that a stored run no notebook reads can be found (python -m fedcompanion.prune).
+_READ: set[str] = set()
+
+
+def take_read_runs() -> list[str]:
+    """The hashes of the runs read since the last call, sorted; forgets them."""
+    out = sorted(_READ)
+    _READ.clear()
+    return out
+
+
 def load_result(config: ExperimentConfig, results_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """(history, metadata) of a cached run (``ConfigError`` if it is not there or fails verification)."""
     try:
+        _READ.add(config.hash())
         return _load(config, Path(results_dir))
     except CacheMiss as miss:
         reason = str(miss) or "not run yet"
@@ -155,6 +168,7 @@ def load_result(config: ExperimentConfig, results_dir: str | Path) -> tuple[pd.D
 def load_params(config: ExperimentConfig, results_dir: str | Path) -> torch.Tensor:
     """The final global model of a cached run stored with ``save_params=True``."""
     try:
+        _READ.add(config.hash())
         return _load(config, Path(results_dir), with_params=True)[2]
     except CacheMiss as miss:
         reason = str(miss) or "not run yet"

@@ -207,3 +207,11 @@ def test_the_report_lists_the_platform_that_computed_each_run(tmp_path):
     assert provenance(tmp_path) == {("GenuineIntel cpu family 6 model 167", "AVX512, MKL 2024.2", "2.14.1"): 2,
                                     ("AuthenticAMD cpu family 25 model 17", "AVX512, MKL 2024.2", "2.14.1"): 1}
     assert "## Where the runs were computed" in (ROOT / "REPRODUCTION.md").read_text()
+
+
+def test_every_committed_run_is_read_by_a_notebook():
+    """Each summary lists the runs its notebook read, and results/ holds no other (`python -m fedcompanion.prune
+    --delete` removes them): a run from an abandoned grid would otherwise ride along in every clone."""
+    from fedcompanion.prune import orphans
+
+    assert orphans(RESULTS) == []

@@ -28,6 +28,15 @@ def test_readme_verdict_summary_is_generated_from_the_same_files():
     assert f"| **all** | {claims} |" in table
 
 
+def test_readmes_wall_time_column_is_the_last_reproductions():
+    """The notebook table's last column is generated from _timings.json (fedcompanion report rewrites it)."""
+    from fedcompanion.report import with_costs
+
+    text = (ROOT / "README.md").read_text()
+    assert with_costs(text, read_timings(RESULTS)["notebooks"]) == text
+    assert "| `adafedadam/03_adafedadam` |" in text and " s |\n" in text
+
+
 def test_readme_is_a_front_door():
     """At most ~150 lines, and what a newcomer needs to reach a running notebook: prerequisites, the commands, the
     activation, the notebooks in reading order, and how to cite."""
@@ -54,7 +63,7 @@ def test_the_readmes_run_by_column_is_what_the_make_targets_run():
     for path in notebooks():
         name = path.relative_to(ROOT / "notebooks").with_suffix("").as_posix()
         row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
-        run_by = row.rstrip(" |").rsplit("|", 1)[1]
+        run_by = row.strip("|").split("|")[2]  # notebook | what it shows | run by | wall time
         own = next((target for key, target in OWN_TARGET.items() if path.stem.startswith(key)), None)
         expected = [f"`{own}`"] if own else []
         if path in in_reproduce:

@@ -197,12 +197,44 @@ def update_readme(readme: Path, results_dir: str | Path) -> bool:
     text = readme.read_text()
     if README_START not in text or README_END not in text:
         raise ValueError(f"{readme} has no {README_START} ... {README_END} section")
-    table = verdict_counts(load_summaries(results_dir), read_timings(results_dir))
+    timings = read_timings(results_dir)
+    table = verdict_counts(load_summaries(results_dir), timings)
     new = re.sub(f"{re.escape(README_START)}.*?{re.escape(README_END)}",
                  lambda _: f"{README_START}\n{table}\n{README_END}", text, flags=re.S)
+    new = with_costs(new, timings.get("notebooks", {}))
     if new != text:
         write_atomic(readme, new)
     return new != text
+
+
+NOTEBOOK_HEADER = "| notebook | what it shows | run by |"
+COST = "wall time, empty cache"
+
+
+def with_costs(text: str, seconds: dict[str, float]) -> str:
+    """README's notebook table (the rows under :data:`NOTEBOOK_HEADER`) with its last column, each notebook's wall
+    time in the last `make reproduce` from an empty cache (``_timings.json``; its QSAR panel for the arena), two
+    notebooks at a time; the notebooks of the other targets are timed in docs/benchmarks.md."""
+    def cost(name: str) -> str:
+        if name in seconds:
+            return f"{seconds[name]:.0f} s"
+        part = next((k for k in seconds if k.startswith(f"{name}-")), None)
+        return (f"{seconds[part]:.0f} s (its {part.split('-', 1)[1].upper()} panel)" if part
+                else "not in `make reproduce` (docs/benchmarks.md)")
+
+    out, table = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith(NOTEBOOK_HEADER):
+            line, table = f"{NOTEBOOK_HEADER} {COST} |\n", True
+        elif table and line.startswith("|---"):
+            line = "|---|---|---|---|\n"
+        elif table and line.startswith("| `"):
+            cells = line.rstrip("\n").strip("|").split("|")[:3]
+            line = "|" + "|".join(cells) + f"| {cost(cells[0].strip().strip('`'))} |\n"
+        else:
+            table = False
+        out.append(line)
+    return "".join(out)
 
 
 def orphans(summaries: list[Summary], folder: Path = ROOT / "notebooks") -> list[tuple[str, int]]:

@@ -44,6 +44,8 @@ def delete(results: Path, hashes: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m fedcompanion.prune [--results DIR] [--delete]``: print how many stored runs no notebook reads (and
+    their size), and with ``--delete`` remove them; exit status 2 if a summary does not list what it read."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=ROOT / "results")
     parser.add_argument("--delete", action="store_true", help="remove the orphans' files (default: list them)")

@@ -112,3 +112,14 @@ def test_a_value_given_by_name_is_never_replaced_by_the_smoke_profile():
     injected = "# Parameters\nprofile = 'smoke'\nrounds = 7\n"
     p = parameters(_kernel(CELL, injected), smoke=dict(rounds=2, seeds=[0]))
     assert (p.rounds, p.seeds, p.profile) == (7, [0], "smoke")
+
+
+def test_a_kernel_without_input_history_reads_the_literal_globals():
+    """nbval executes cells without storing them in ``In``: the parameters are then the globals holding literals
+    (the CI run of 122fd17c failed 163 nbval cells before this)."""
+    from fedcompanion.notebook import parameters
+
+    namespace = {"In": [""], "Out": {}, "profile": "smoke", "rounds": 200, "lr": 0.05, "results_dir": "r",
+                 "np": __import__("numpy"), "_hidden": 3}
+    p = parameters(namespace, smoke=dict(rounds=2))
+    assert (p.rounds, p.lr, p.results_dir) == (2, 0.05, "r") and not hasattr(p, "np") and not hasattr(p, "_hidden")

@@ -57,12 +57,15 @@ def parameters(namespace: dict, smoke: dict) -> SimpleNamespace:
     """:func:`resolve_parameters` in one line of a notebook, ``P = fc.notebook.parameters(globals(), smoke=dict(...))``.
 
     The parameters are the names the notebook's parameters cell assigns (the last executed cell that starts with
-    ``profile =``, read from IPython's input history ``In``), their defaults that cell's values; ``smoke`` lists only
+    ``profile =``, read from IPython's input history ``In``; in a kernel that keeps none, as under nbval, the
+    globals holding literals), their defaults that cell's values; ``smoke`` lists only
     the values the smoke profile changes. Names papermill injected must be parameters (a misspelled one would
     silently leave the default), and keep their injected values in the smoke profile too. Without a parameters cell
     in ``In`` (a plain namespace), the parameters are ``profile`` and the names ``smoke`` lists."""
     cells = namespace.get("In", [])
     defaults = parameters_cell(cells)
+    if defaults is None and "In" in namespace:  # a kernel that keeps no input history (nbval executes so)
+        defaults = literal_globals(namespace)
     declared = set(defaults) if defaults is not None else {"profile", *smoke}
     missing = sorted(name for name in declared if name not in namespace)
     if missing:
@@ -103,6 +106,18 @@ def parameters_cell(cells) -> dict | None:
         if source.lstrip().startswith(("profile =", "profile=")):
             return _assigned(source)
     return None
+
+
+def _literal(value) -> bool:
+    if value is None or isinstance(value, (bool, numbers.Real, str)):
+        return True
+    return isinstance(value, (list, tuple)) and all(_literal(v) for v in value)
+
+
+def literal_globals(namespace: dict) -> dict:
+    """The parameters of a kernel that keeps no input history: the public globals holding literals (numbers,
+    strings, bools, None, lists of them), as a parameters cell leaves them, beside the imports."""
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and k not in ("In", "Out") and _literal(v)}
 
 
 def injected_names(cells) -> set[str]:

@@ -79,15 +79,19 @@ def test_every_summary_is_from_the_paper_profile_and_every_notebook_has_one():
     assert {s.profile for s in summaries.values()} == {"paper"}
 
 
-# claims whose test a wrong method would pass without a control (issue 43): each must carry one, rejected
-MUST_REJECT_A_CONTROL = ("fedvra.theorem1.rate", "adafedadam.theorem2", "ceadmm.rate")
+# claims whose test a wrong method or setting could pass without a control (issue 43): each must carry one, rejected
+MUST_REJECT_A_CONTROL = ("fedvra.theorem1.rate", "adafedadam.theorem2", "ceadmm.rate", "ceadmm.optimality",
+                         "ceadmm.theorem31", "ceadmm.nonconvex.theorem31", "ceadmm.nonconvex.theorem32",
+                         "ceadmm.nonconvex.rate", "fedvra.lemma1", "fedvra.fig1.special_cases",
+                         "fedvra.scaffold_not_a_case", "adafedadam.dmop.proportional")
 
 
 @pytest.mark.parametrize("claim_id", MUST_REJECT_A_CONTROL)
 def test_rate_and_convergence_claims_reject_their_control(claim_id):
-    """The committed evidence of each rate or convergence claim includes a control, the claim's test applied to a
-    method the claim excludes (FedVRA with a fixed batch, gradient descent that barely moves, AdaFedAdam on another
-    objective), and the test rejected it: a claim whose control passed would read "not testable here"."""
+    """The committed evidence of each rate, convergence or identity claim includes a control, the claim's test applied
+    to a method or setting the claim excludes (FedVRA with a fixed batch, gradient descent that barely moves,
+    AdaFedAdam on another objective, ADMM with too small a penalty, a special case for "not a special case"), and the
+    test rejected it: a claim whose control passed would read "not testable here"."""
     from fedcompanion.decision import rejected
 
     claim = next(c for s in load_summaries(RESULTS) for c in s.claims if c.id == claim_id)

@@ -87,7 +87,7 @@ MUST_REJECT_A_CONTROL = ("fedvra.theorem1.rate", "adafedadam.theorem2", "ceadmm.
 
 
 @pytest.mark.parametrize("claim_id", MUST_REJECT_A_CONTROL)
-def test_rate_and_convergence_claims_reject_their_control(claim_id):
+def test_claims_with_a_control_reject_it(claim_id):
     """The committed evidence of each rate, convergence or identity claim includes a control, the claim's test applied
     to a method or setting the claim excludes (FedVRA with a fixed batch, gradient descent that barely moves,
     AdaFedAdam on another objective, ADMM with too small a penalty, a special case for "not a special case"), and the

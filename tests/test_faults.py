@@ -427,3 +427,25 @@ def test_a_reproduction_that_dies_takes_its_pool_kernel_and_tracker_with_it(stop
         time.sleep(0.2)
     time.sleep(2)
     assert not summary.exists() or summary.stat().st_mtime < killed
+
+
+def test_a_killed_reproductions_kernel_sockets_are_removed_at_the_next_start(tmp_path):
+    """A kernel killed with its reproduction (kill -9, the watchdog) cannot remove its IPC socket files; the next
+    reproduction removes those whose launcher is gone and keeps a live launcher's (this process's) and any it cannot
+    attribute."""
+    import os
+    import subprocess
+    import sys
+
+    from fedcompanion.processes import KERNEL_SOCKETS, kernel_sockets, remove_stale_kernel_sockets
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"{KERNEL_SOCKETS}{gone.pid}-0123456789ab-1"
+    old = tmp_path / f"{KERNEL_SOCKETS}0123456789ab-2"  # the name before it carried a pid: maybe a live kernel's
+    live = Path(f"{kernel_sockets(tmp_path)}-3")
+    for path in (dead, old, live):
+        path.touch()
+    assert live.name.startswith(f"{KERNEL_SOCKETS}{os.getpid()}-")
+    assert remove_stale_kernel_sockets(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, old.name])

@@ -78,3 +78,37 @@ def watch(recorded: str | Path = "") -> subprocess.Popen:
 def stop_children() -> None:
     """SIGKILL every process below this one (a launcher's SIGTERM handler: its children must not outlive it)."""
     stop_tree(descendants([os.getpid()]) - {os.getpid()})
+
+
+KERNEL_SOCKETS = "fedcompanion-kernel-"  # notebook kernels' IPC socket files: <this><launcher's pid>-<12 hex>-<port>
+
+
+def kernel_sockets(folder: str | Path) -> str:
+    """The prefix of a new kernel's IPC socket files in ``folder``: it names the process that starts the kernel, so
+    that :func:`remove_stale_kernel_sockets` can tell its leftovers from a running kernel's sockets."""
+    import uuid
+
+    return os.path.join(folder, f"{KERNEL_SOCKETS}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+
+
+def remove_stale_kernel_sockets(folder: str | Path) -> int:
+    """Remove the kernel socket files in ``folder`` whose launcher no longer runs (a reproduction killed with -9: the
+    watchdog kills its kernels, which then cannot remove their sockets). A live launcher's are kept, and so are files
+    of the older name without a pid: a running older checkout's kernel may own them. Returns how many it removed."""
+    removed = 0
+    for path in Path(folder).glob(f"{KERNEL_SOCKETS}*"):
+        pid = path.name[len(KERNEL_SOCKETS):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

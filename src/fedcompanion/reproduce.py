@@ -25,10 +25,11 @@ import functools
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from .processes import stop_children, watch
+from .processes import remove_stale_kernel_sockets, stop_children, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read as a kernel starts
@@ -120,12 +121,13 @@ def ipc_kernel_manager() -> type:
     without encryption" warning into every reproduction's log. Each kernel's socket files have a name of their own:
     jupyter_client's default, ``kernel-ipc-<n>`` in the working directory with n counted from 1 among the files
     there, let two kernels starting at once (two notebooks of a reproduction) take the same sockets, and each then
-    read the other's messages ("Invalid Signature", "Kernel didn't respond in 60 seconds")."""
-    import tempfile
-    import uuid
-
+    read the other's messages ("Invalid Signature", "Kernel didn't respond in 60 seconds"). The name carries the
+    starting process's pid (:func:`~fedcompanion.processes.kernel_sockets`): a reproduction first removes the
+    sockets of kernels whose launcher is gone, which a kill -9 leaves behind."""
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import default
+
+    from .processes import kernel_sockets
 
     class IPCKernelManager(AsyncKernelManager):
         @default("transport")
@@ -134,7 +136,7 @@ def ipc_kernel_manager() -> type:
 
         @default("ip")
         def _ip_default(self) -> str:
-            return os.path.join(tempfile.gettempdir(), f"fedcompanion-kernel-{uuid.uuid4().hex[:12]}")
+            return kernel_sockets(tempfile.gettempdir())
 
     return IPCKernelManager
 
@@ -303,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(tcp://HOST:8786), or 'local': one cluster of this machine's cores that every notebook "
                              "shares (pip install 'fedcompanion[dask]'); the results are stored here")
     args = parser.parse_args(argv)
+    remove_stale_kernel_sockets(tempfile.gettempdir())  # a killed reproduction's kernels could not remove theirs
     cpus = os.cpu_count() or 1
     if args.parallel is None:
         args.parallel = cpus if args.scheduler else default_parallel(cpus)

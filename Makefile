@@ -48,8 +48,7 @@ arena: $(STAMP)
 # The papers' claims beyond the reproduction's budget: CEADMM and ICEADMM without convexity, the sweeps over the
 # number of clients and the dimension with CPU time (notebooks/ceadmm/02_beyond_convexity), and the semi-supervised
 # form of FedVRA's two-block extension (notebooks/fedvra/09_semi_supervised). One notebook at a time, each with every
-# core for its sweeps: side by side, fedvra/09 ends within minutes and ceadmm/02's runs then went on in one process
-# while a core idled for most of an hour.
+# core for its sweeps: side by side, each would keep one sweep process, and one core would idle once fedvra/09 ends.
 extended: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper --parallel 1 --only ceadmm/02_beyond_convexity \
 		--only fedvra/09_semi_supervised

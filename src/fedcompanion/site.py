@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -259,8 +260,6 @@ def screenshots(site: Path, out: Path = ROOT / "docs" / "screenshots", size: tup
     missing = [page for page in SCREENSHOTS.values() if not (site / page).exists()]
     if missing:
         raise SystemExit(f"{site} has no {missing}: run `make html` first")
-    import os
-
     offline = ["unshare", "-n"]  # no network at all where this process may make a namespace (root, mostly)
     if os.geteuid() != 0 or not shutil.which("unshare") or subprocess.run([*offline, "true"]).returncode != 0:
         offline = []  # the site loads nothing from another host anyway (tests/test_site.py)

@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # this project is tested on, whose registry has no CPU-only torch 2.14.1).
 TORCH_INDEX ?=
 
-.PHONY: env test unit notebooks reproduce reproduce-smoke arena extended verify verify-figures html screenshots lab bench lint clean
+.PHONY: env test unit notebooks reproduce reproduce-smoke arena extended setting-a verify verify-figures html screenshots lab bench lint clean
 
 # The environment: a venv made from pyproject.toml (conda users: environment.yml) with the [flower] extra, plus a
 # Jupyter kernel registered inside it. torch and torchvision first, at the versions tested (this machine's wheels).
@@ -52,6 +52,13 @@ arena: $(STAMP)
 extended: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper --parallel 1 --only ceadmm/02_beyond_convexity \
 		--only fedvra/09_semi_supervised
+
+# AdaFedAdam's setting A (the authors': 5 clients, full participation) at the paper's 200 rounds: notebook 3 whole (the
+# speed and fairness claims in A and B) and notebook 4 whole (the alpha front in A and B). `make reproduce` runs their
+# setting B alone; one round of A processes all 48,000 training images. One notebook at a time, with every core.
+setting-a: $(STAMP)
+	$(BIN)/python -m fedcompanion.reproduce --profile paper --parallel 1 --only adafedadam/03_adafedadam \
+		--only adafedadam/04_fairness_front
 
 reproduce-smoke: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile smoke

@@ -147,6 +147,42 @@ def test_make_reproduce_runs_the_arenas_qsar_part_and_leaves_the_whole_to_its_ow
     assert sorted(p.stem for p in both) == ["06_ablation", "92_arena"]
 
 
+def test_make_reproduce_runs_adafedadams_setting_b_and_make_setting_a_the_whole_notebooks():
+    """Setting A at the paper's 200 rounds has its own target; `make reproduce` runs notebooks 3 and 4 with
+    ``settings=["B"]`` under a part's name. Wrong: the whole notebooks in `make reproduce` (A's 200 rounds there)."""
+    paper = {p.stem: p for p in selected("", "paper")}
+    for stem, name in (("03_adafedadam", "adafedadam/03_adafedadam-b"),
+                       ("04_fairness_front", "adafedadam/04_fairness_front-b")):
+        assert part(paper[stem], "paper", []) == (name, {"settings": ["B"]})
+        assert part(paper[stem], "paper", [f"adafedadam/{stem}"]) is None  # make setting-a: the whole
+    make = (ROOT / "Makefile").read_text()
+    assert "setting-a:" in make and "--only adafedadam/03_adafedadam" in make
+    assert "03_adafedadam" not in [p.stem for p in selected("adafedadam", "paper")]  # the folder: reproduce's own
+
+
+def test_a_parts_summary_is_shown_only_where_its_whole_notebooks_is_not(tmp_path):
+    """The report, the site and README count each claim once: a part's summary gives way to its whole notebook's.
+    Wrong: both kept (every claim of notebook 3 twice); the whole dropped; pruning that forgets the part's runs."""
+    from fedcompanion.claims import Claim, load_summaries, record, whole_of
+    from fedcompanion.prune import orphans
+    from fedcompanion.verdict import Evidence
+
+    assert whole_of("adafedadam/03_adafedadam-b") == "adafedadam/03_adafedadam"
+    assert whole_of("92_arena-qsar") == "92_arena" and whole_of("00_tour") == "00_tour"
+    evidence = [Evidence("identity", "B", "q", values=[0.0], tolerance=1e-9)]
+    claim = Claim("x.claim", "AdaFedAdam", "c", [], evidence, "n", "s", "d")
+    results = tmp_path / "results"
+    record("adafedadam/03_adafedadam-b", "part", [claim], results, "paper", [], runs=1)
+    assert [s.notebook for s in load_summaries(results)] == ["adafedadam/03_adafedadam-b"]  # no whole yet: shown
+    record("adafedadam/03_adafedadam", "whole", [claim], results, "paper", [], runs=1)
+    assert [s.notebook for s in load_summaries(results)] == ["adafedadam/03_adafedadam"]
+    assert len(load_summaries(results, superseded=True)) == 2
+    path = results / "summaries" / "adafedadam--03_adafedadam-b.json"  # a run only the part read is kept
+    path.write_text(json.dumps({**json.loads(path.read_text()), "runs_read": ["0123456789abcdef"]}))
+    (results / "0123456789abcdef.json").write_text("{}")
+    assert orphans(results) == []
+
+
 def test_a_part_of_the_arena_has_its_own_summary_and_figures_and_the_report_shows_the_whole():
     every = list(arena.METHODS)
     assert arena.summary_name(list(reversed(arena.TASKS)), every) == "92_arena"

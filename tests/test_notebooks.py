@@ -29,6 +29,25 @@ def test_notebook_runs_with_smoke_profile(notebook):
 
 
 @pytest.mark.notebook
+@pytest.mark.parametrize("stem", ["03_adafedadam", "04_fairness_front"])
+def test_make_reproduces_part_of_a_notebook_runs_and_records_under_the_parts_name(stem, tmp_path):
+    """`make reproduce` runs AdaFedAdam's notebooks 3 and 4 with ``settings=["B"]`` (setting A: `make setting-a`):
+    the part must run, record under its own name and claim nothing from A. Wrong: a part that still runs A."""
+    import json
+
+    from fedcompanion.reproduce import PART_IN_REPRODUCE
+
+    name, selection = PART_IN_REPRODUCE[stem]
+    params = {**SMOKE, **selection, "results_dir": str(tmp_path / "results"), "figures_dir": str(tmp_path)}
+    execute(ROOT / "notebooks" / "adafedadam" / f"{stem}.ipynb", tmp_path / "out.ipynb", params, progress=False)
+    summary = json.loads((tmp_path / "results" / "summaries" / (name.replace("/", "--") + ".json")).read_text())
+    assert summary["notebook"] == name and summary["claims"]
+    settings = {e["setting"][0] for c in summary["claims"] for e in c["evidence"]}
+    assert settings == {"B"}, settings
+    assert not list(tmp_path.glob("adafedadam_setting_a*")) and summary["runs"] > 0
+
+
+@pytest.mark.notebook
 def test_wrong_parameter_type_is_named(tmp_path):
     import papermill
 
@@ -65,3 +84,28 @@ def test_a_notebook_runs_over_ipc_and_its_kernel_prints_no_tcp_warning(tmp_path,
     execute(tmp_path / "tiny.ipynb", tmp_path / "out.ipynb", {"x": 41}, progress=False)
     assert nbformat.read(tmp_path / "out.ipynb", 4).cells[-1].outputs[0]["text"] == "42\n"
     assert "running over TCP" not in capfd.readouterr().err
+
+
+def test_a_finished_notebooks_kernel_is_shut_down_without_an_interrupt():
+    """jupyter_client sends SIGINT before its shutdown request; ipykernel then logged "KeyboardInterrupt caught in
+    kernel" into `make reproduce`'s log. Wrong: interrupting while shutting down; refusing an interrupt otherwise
+    (nbclient's cell timeout needs it)."""
+    import asyncio
+
+    from fedcompanion.reproduce import ipc_kernel_manager
+
+    sent = []
+    manager = ipc_kernel_manager()()
+
+    async def signal(signum):
+        sent.append(signum)
+
+    manager._async_signal_kernel = signal
+    manager.provisioner = type("Provisioner", (), {"has_process": True})()  # a running kernel
+    manager._kernel_spec = type("Spec", (), {"interrupt_mode": "signal"})()
+    manager.shutting_down = True
+    asyncio.run(manager._async_interrupt_kernel())
+    assert sent == []
+    manager.shutting_down = False
+    asyncio.run(manager._async_interrupt_kernel())
+    assert len(sent) == 1

@@ -152,10 +152,26 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
     return Recorded(write_atomic(path, json.dumps(asdict(summary), indent=1, sort_keys=True) + "\n"), summary)
 
 
-def load_summaries(results_dir: str | Path) -> list[Summary]:
-    """Every notebook's summary in ``results_dir`` (files starting with _ are bookkeeping, not summaries)."""
+def load_summaries(results_dir: str | Path, superseded: bool = False) -> list[Summary]:
+    """Every notebook's summary in ``results_dir`` (files starting with _ are bookkeeping, not summaries).
+
+    A part's summary (the notebook's name, a dash, the part: ``92_arena-qsar``, ``adafedadam/03_adafedadam-b``,
+    what `make reproduce` runs of a notebook with a target of its own) is left out where the whole notebook's summary
+    is there too: the whole holds the part's runs and more, so each claim is shown once, with all its evidence.
+    ``superseded=True`` keeps every summary (pruning keeps the runs of each)."""
     folder = summaries_dir(results_dir)
-    return [read_summary(path) for path in sorted(folder.glob("*.json")) if not path.name.startswith("_")]
+    every = [read_summary(path) for path in sorted(folder.glob("*.json")) if not path.name.startswith("_")]
+    if superseded:
+        return every
+    names = {s.notebook for s in every}
+    return [s for s in every if whole_of(s.notebook) == s.notebook or whole_of(s.notebook) not in names]
+
+
+def whole_of(name: str) -> str:
+    """The notebook a summary name belongs to: ``adafedadam/03_adafedadam-b`` -> ``adafedadam/03_adafedadam`` (a
+    notebook's own name has no dash)."""
+    folder, _, stem = name.rpartition("/")
+    return f"{folder}/{stem.split('-')[0]}" if folder else stem.split("-")[0]
 
 
 _CLAIM_FIELDS = {"id": (str,), "paper": (str,), "claim": (str,), "figures": (list,), "evidence": (list,),

@@ -22,7 +22,7 @@ def orphans(results: Path) -> list[str]:
     """The hashes of the runs stored in ``results`` that no notebook's summary lists as read, sorted.
 
     Raises ``ValueError`` naming the notebooks whose summary does not record what they read."""
-    summaries = load_summaries(results)
+    summaries = load_summaries(results, superseded=True)
     unrecorded = sorted(s.notebook for s in summaries if s.runs_read is None)
     if unrecorded:
         raise ValueError(f"the summaries of {unrecorded} do not list the runs they read: execute those notebooks "

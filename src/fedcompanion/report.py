@@ -26,6 +26,7 @@ from .claims import (  # noqa: F401  (a notebook's record cell imports them from
     read_summary,
     record,
     summaries_dir,
+    whole_of,
 )
 from .decision import explain
 from .forest import CHART, FOREST, write_verdict_figures
@@ -219,7 +220,9 @@ def with_costs(text: str, seconds: dict[str, float]) -> str:
         if name in seconds:
             return f"{seconds[name]:.0f} s"
         part = next((k for k in seconds if k.startswith(f"{name}-")), None)
-        return (f"{seconds[part]:.0f} s (its {part.split('-', 1)[1].upper()} panel)" if part
+        suffix = part.split("-", 1)[1] if part else ""
+        which = f"setting {suffix.upper()}" if len(suffix) == 1 else f"{suffix.upper()} panel"  # -b, or -qsar
+        return (f"{seconds[part]:.0f} s (its {which})" if part
                 else "not in `make reproduce` (docs/benchmarks.md)")
 
     out, table = [], False
@@ -241,7 +244,7 @@ def orphans(summaries: list[Summary], folder: Path = ROOT / "notebooks") -> list
     """(name, claims) of each summary whose notebook is not in ``folder`` (a part, ``92_arena-qsar``, belongs to
     ``92_arena``): what a renamed notebook leaves behind."""
     return [(s.notebook, len(s.claims)) for s in summaries
-            if not (folder / f"{s.notebook.split('-')[0]}.ipynb").exists()]
+            if not (folder / f"{whole_of(s.notebook)}.ipynb").exists()]
 
 
 class NoSummaries(FileNotFoundError):
@@ -260,7 +263,7 @@ def write_report(results_dir: str | Path = ROOT / "results", output: Path = ROOT
     if not load_summaries(results_dir):
         raise NoSummaries(f"no notebook summaries in {summaries_dir(results_dir)}: run the notebooks "
                           "(make reproduce) first, or point --results at a results folder")
-    for summary, claims in orphans(load_summaries(results_dir)):
+    for summary, claims in orphans(load_summaries(results_dir, superseded=True)):
         logging.getLogger(__name__).warning(
             "%s: notebook %r is not under notebooks/ (renamed or removed?): its %d claim(s) are in the report; "
             "delete the summary if it is stale", summaries_dir(results_dir), summary, claims)

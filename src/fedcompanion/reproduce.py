@@ -44,16 +44,21 @@ def notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
 # take it past its time budget) and `--only NAME` (the target) runs them; the smoke profile runs every notebook.
 # The arena and the notebooks that use its protocol and tuned settings share `make arena`; the papers' claims that
 # need more runs than the reproduction's budget leaves (the ADMM family without convexity, the m and n sweeps) have
-# `make extended`.
+# `make extended`; AdaFedAdam's setting A at the paper's 200 rounds has `make setting-a`.
 OWN_TARGET = {"92_arena": "make arena", "06_ablation": "make arena", "07_robustness": "make arena",
               "08_stepsize_rules": "make arena", "02_beyond_convexity": "make extended",
-              "09_semi_supervised": "make extended"}
+              "09_semi_supervised": "make extended", "03_adafedadam": "make setting-a",
+              "04_fairness_front": "make setting-a"}
 
 
-# A part of a notebook with its own target that `make reproduce` does run: the arena's QSAR panel (every method, the
-# whole protocol; the same runs and numbers as that panel of `make arena`), under the summary name the notebook
-# gives that part (`arena.summary_name`), with the notebook parameters that select it.
-PART_IN_REPRODUCE = {"92_arena": ("92_arena-qsar", {"tasks": ["qsar"]})}
+# A part of a notebook with its own target that `make reproduce` does run, under the summary name the notebook gives
+# that part, with the notebook parameters that select it: the arena's QSAR panel (every method, the whole protocol;
+# the same runs and numbers as that panel of `make arena`; `arena.summary_name`), and AdaFedAdam's setting B (the
+# same runs as in the whole notebooks; their setting A is `make setting-a`). Where a part's summary and its whole
+# notebook's are both in `results/`, the report shows the whole (:func:`fedcompanion.claims.shown`).
+PART_IN_REPRODUCE = {"92_arena": ("92_arena-qsar", {"tasks": ["qsar"]}),
+                     "03_adafedadam": ("adafedadam/03_adafedadam-b", {"settings": ["B"]}),
+                     "04_fairness_front": ("adafedadam/04_fairness_front-b", {"settings": ["B"]})}
 
 
 def selected(only: str | list[str], profile: str, folder: Path = ROOT / "notebooks") -> list[Path]:
@@ -137,6 +142,12 @@ def ipc_kernel_manager() -> type:
         @default("ip")
         def _ip_default(self) -> str:
             return kernel_sockets(tempfile.gettempdir())
+
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client interrupts a kernel before asking it to shut down; a finished notebook's kernel is idle,
+            # and the SIGINT only made ipykernel log "KeyboardInterrupt caught in kernel" into the reproduction's log
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
 
     return IPCKernelManager
 

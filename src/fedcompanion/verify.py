@@ -76,7 +76,8 @@ def _stored(results: Path, damaged: list | None = None) -> list[dict]:
 
 
 SUBSETS = {
-    # a few seconds each: one float64 solver run, one float64 engine run, one float32 engine run
+    # one float64 solver run, one float64 engine run, one float32 engine run (a few seconds each), and one run of
+    # AdaFedAdam's setting A at the paper's 200 rounds (`make setting-a`; a minute or two)
     "smoke": [
         lambda c, m: c["algorithm"] == "iceadmm" and c["task"] == "least_squares"
         and m.get("label", "").startswith("linear regression|")  # ceadmm/01's (not the m and n sweeps')
@@ -85,6 +86,8 @@ SUBSETS = {
         lambda c, m: m.get("label") == "FedVRA" and c["algorithm"] == "fedvra" and c["rounds"] <= 20
         and c["lr"] == 0.1 and c["hyperparameters"].get("gamma") == 0.01
         and c["hyperparameters"].get("dual_stepsize") == 1.0 and c["seed"] == 100,
+        lambda c, m: c["algorithm"] == "adafedadam" and c["rounds"] == 200 and c["clients_per_round"] is None
+        and c["task_args"].get("num_clients") == 5 and m.get("label") == "AdaFedAdam" and c["seed"] == 0,
     ],
 }
 

@@ -165,10 +165,14 @@ def test_a_parts_summary_is_shown_only_where_its_whole_notebooks_is_not(tmp_path
     Wrong: both kept (every claim of notebook 3 twice); the whole dropped; pruning that forgets the part's runs."""
     from fedcompanion.claims import Claim, load_summaries, record, whole_of
     from fedcompanion.prune import orphans
+    from fedcompanion.report import wall_time
     from fedcompanion.verdict import Evidence
 
     assert whole_of("adafedadam/03_adafedadam-b") == "adafedadam/03_adafedadam"
     assert whole_of("92_arena-qsar") == "92_arena" and whole_of("00_tour") == "00_tour"
+    seconds = {"adafedadam/03_adafedadam-b": 372.0, "00_tour": 5.0, "adafedadam/03_adafedadam-bx-c": 1.0}
+    assert wall_time("adafedadam/03_adafedadam", seconds) == (372.0, "adafedadam/03_adafedadam-b")  # its part's
+    assert wall_time("00_tour", seconds) == (5.0, None) and wall_time("adafedadam/04_fairness_front", seconds) is None
     evidence = [Evidence("identity", "B", "q", values=[0.0], tolerance=1e-9)]
     claim = Claim("x.claim", "AdaFedAdam", "c", [], evidence, "n", "s", "d")
     results = tmp_path / "results"

@@ -149,6 +149,7 @@ def render(results_dir: str | Path = "results") -> str:
                       why=escape_cell(v.get("why", "")))
                  for k, one in enumerate(history) for c, v in one["claims"].items() if c in now],
         provenance=provenance(results_dir), summaries=summaries, seconds=timings.get("notebooks", {}),
+        wall={s.notebook: _wall_cell(s.notebook, timings.get("notebooks", {})) for s in summaries},
         elapsed=timings.get("elapsed"), parallel=timings.get("parallel"), pool=timings.get("pool"),
         figures=sorted({f for s in summaries for c in s.claims for f in c.figures}))
     return text.rstrip() + "\n"
@@ -161,6 +162,14 @@ def shown_arena(summaries: list[Summary]) -> Summary | None:
 
     arenas = [s for s in summaries if "arena" in s.checks]
     return max(arenas, key=lambda s: (len(s.checks["arena"]), s.notebook == NOTEBOOK), default=None)
+
+
+def _wall_cell(name: str, seconds: dict[str, float]) -> str:
+    """The time table's cell: the notebook's seconds, or its part's with the part named, or nothing."""
+    timed = wall_time(name, seconds)
+    if timed is None:
+        return ""
+    return f"{timed[0]:.0f}" + (f" (its part `{timed[1]}`)" if timed[1] else "")
 
 
 def _inside(part: Summary, whole: Summary | None) -> bool:
@@ -208,6 +217,15 @@ def update_readme(readme: Path, results_dir: str | Path) -> bool:
     return new != text
 
 
+def wall_time(name: str, seconds: dict[str, float]) -> tuple[float, str | None] | None:
+    """A notebook's recorded wall time and ``None``, or where only a part of it ran in `make reproduce`
+    (``92_arena-qsar``, ``adafedadam/03_adafedadam-b``) the part's time and name; ``None`` if neither was timed."""
+    if name in seconds:
+        return seconds[name], None
+    part = next((k for k in sorted(seconds) if k != name and whole_of(k) == name), None)
+    return (seconds[part], part) if part else None
+
+
 NOTEBOOK_HEADER = "| notebook | what it shows | run by |"
 COST = "wall time, empty cache"
 
@@ -217,13 +235,13 @@ def with_costs(text: str, seconds: dict[str, float]) -> str:
     time in the last `make reproduce` from an empty cache (``_timings.json``; its QSAR panel for the arena), two
     notebooks at a time; the notebooks of the other targets are timed in docs/benchmarks.md."""
     def cost(name: str) -> str:
-        if name in seconds:
-            return f"{seconds[name]:.0f} s"
-        part = next((k for k in seconds if k.startswith(f"{name}-")), None)
+        timed = wall_time(name, seconds)
+        if timed is None:
+            return "not in `make reproduce` (docs/benchmarks.md)"
+        value, part = timed
         suffix = part.split("-", 1)[1] if part else ""
         which = f"setting {suffix.upper()}" if len(suffix) == 1 else f"{suffix.upper()} panel"  # -b, or -qsar
-        return (f"{seconds[part]:.0f} s (its {which})" if part
-                else "not in `make reproduce` (docs/benchmarks.md)")
+        return f"{value:.0f} s (its {which})" if part else f"{value:.0f} s"
 
     out, table = [], False
     for line in text.splitlines(keepends=True):

@@ -232,8 +232,9 @@ COST = "wall time, empty cache"
 
 def with_costs(text: str, seconds: dict[str, float]) -> str:
     """README's notebook table (the rows under :data:`NOTEBOOK_HEADER`) with its last column, each notebook's wall
-    time in the last `make reproduce` from an empty cache (``_timings.json``; its QSAR panel for the arena), two
-    notebooks at a time; the notebooks of the other targets are timed in docs/benchmarks.md."""
+    time in the last `make reproduce` from an empty cache (``_timings.json``; a part's where `make reproduce` runs only
+    a part: the arena's QSAR panel, AdaFedAdam's setting B), two notebooks at a time; the notebooks of the other
+    targets are timed in docs/benchmarks.md."""
     def cost(name: str) -> str:
         timed = wall_time(name, seconds)
         if timed is None:

@@ -55,7 +55,7 @@ OWN_TARGET = {"92_arena": "make arena", "06_ablation": "make arena", "07_robustn
 # that part, with the notebook parameters that select it: the arena's QSAR panel (every method, the whole protocol;
 # the same runs and numbers as that panel of `make arena`; `arena.summary_name`), and AdaFedAdam's setting B (the
 # same runs as in the whole notebooks; their setting A is `make setting-a`). Where a part's summary and its whole
-# notebook's are both in `results/`, the report shows the whole (:func:`fedcompanion.claims.shown`).
+# notebook's are both in `results/`, the report shows the whole (:func:`fedcompanion.claims.load_summaries`).
 PART_IN_REPRODUCE = {"92_arena": ("92_arena-qsar", {"tasks": ["qsar"]}),
                      "03_adafedadam": ("adafedadam/03_adafedadam-b", {"settings": ["B"]}),
                      "04_fairness_front": ("adafedadam/04_fairness_front-b", {"settings": ["B"]})}

@@ -173,6 +173,11 @@ def test_a_parts_summary_is_shown_only_where_its_whole_notebooks_is_not(tmp_path
     seconds = {"adafedadam/03_adafedadam-b": 372.0, "00_tour": 5.0, "adafedadam/03_adafedadam-bx-c": 1.0}
     assert wall_time("adafedadam/03_adafedadam", seconds) == (372.0, "adafedadam/03_adafedadam-b")  # its part's
     assert wall_time("00_tour", seconds) == (5.0, None) and wall_time("adafedadam/04_fairness_front", seconds) is None
+    from fedcompanion.timings import read_timings, write_timings  # a whole reproduction keeps only its own names:
+    write_timings(tmp_path / "t", {"adafedadam/03_adafedadam": 774.0})  # an earlier one, the notebook run whole
+    write_timings(tmp_path / "t", {"adafedadam/03_adafedadam-b": 372.0}, elapsed=9.0, parallel=2,
+                  only={"adafedadam/03_adafedadam-b"})
+    assert read_timings(tmp_path / "t")["notebooks"] == {"adafedadam/03_adafedadam-b": 372.0}  # not the stale 774
     evidence = [Evidence("identity", "B", "q", values=[0.0], tolerance=1e-9)]
     claim = Claim("x.claim", "AdaFedAdam", "c", [], evidence, "n", "s", "d")
     results = tmp_path / "results"

@@ -164,12 +164,13 @@ def shown_arena(summaries: list[Summary]) -> Summary | None:
     return max(arenas, key=lambda s: (len(s.checks["arena"]), s.notebook == NOTEBOOK), default=None)
 
 
-def _wall_cell(name: str, seconds: dict[str, float]) -> str:
-    """The time table's cell: the notebook's seconds, or its part's with the part named, or nothing."""
+def _wall_cell(name: str, seconds: dict[str, float], unit: str = "") -> str:
+    """A time table's cell (the report's, README's): the notebook's seconds, or its part's with the part named, or
+    nothing."""
     timed = wall_time(name, seconds)
     if timed is None:
         return ""
-    return f"{timed[0]:.0f}" + (f" (its part `{timed[1]}`)" if timed[1] else "")
+    return f"{timed[0]:.0f}{unit}" + (f" (its part `{timed[1]}`)" if timed[1] else "")
 
 
 def _inside(part: Summary, whole: Summary | None) -> bool:
@@ -236,13 +237,7 @@ def with_costs(text: str, seconds: dict[str, float]) -> str:
     a part: the arena's QSAR panel, AdaFedAdam's setting B), two notebooks at a time; the notebooks of the other
     targets are timed in docs/benchmarks.md."""
     def cost(name: str) -> str:
-        timed = wall_time(name, seconds)
-        if timed is None:
-            return "not in `make reproduce` (docs/benchmarks.md)"
-        value, part = timed
-        suffix = part.split("-", 1)[1] if part else ""
-        which = f"setting {suffix.upper()}" if len(suffix) == 1 else f"{suffix.upper()} panel"  # -b, or -qsar
-        return f"{value:.0f} s (its {which})" if part else f"{value:.0f} s"
+        return _wall_cell(name, seconds, " s") or "not in `make reproduce` (docs/benchmarks.md)"
 
     out, table = [], False
     for line in text.splitlines(keepends=True):

@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
               f"traceback in {out_dir.relative_to(ROOT)})", file=sys.stderr)
         return 1
     if cold and len(todo) == len(selected("", args.profile)):
-        write_timings(results, {}, elapsed=elapsed, parallel=parallel,
+        write_timings(results, {}, elapsed=elapsed, parallel=parallel, only={name for name, _ in runs.values()},
                       pool="local" if args.scheduler == "local" else "a Dask cluster" if args.scheduler else None)
     elif not cold:
         kept = (results / "summaries" / "_timings.json").relative_to(ROOT)

@@ -26,15 +26,18 @@ def read_timings(results_dir: str | Path) -> dict:
 
 
 def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed: float | None = None,
-                  parallel: int | None = None, pool: str | None = None) -> None:
+                  parallel: int | None = None, pool: str | None = None, only: set[str] | None = None) -> None:
     """Merge notebook wall times (seconds) into ``_timings.json`` with a description of the machine; ``elapsed``
     (a whole reproduction, ``parallel`` notebooks at a time, its runs computed by ``pool``: ``None`` for each
     notebook's own processes, else the Dask scheduler, ``local`` for one cluster of this machine's cores) replaces
-    the previous one."""
+    the previous one. ``only``: keep the times of these names alone (a whole reproduction's notebooks: a name it no
+    longer runs, such as a notebook now run as a part, does not keep an earlier reproduction's time)."""
     path = Path(results_dir) / "summaries" / "_timings.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     old = read_timings(results_dir)
     notebooks = {**old.get("notebooks", {}), **{k: round(v, 1) for k, v in timings.items()}}
+    if only is not None:
+        notebooks = {k: v for k, v in notebooks.items() if k in only}
     data = {"machine": machine(), "notebooks": dict(sorted(notebooks.items()))}
     if elapsed is not None:
         data["elapsed"], data["parallel"], data["pool"] = round(elapsed, 1), parallel, pool

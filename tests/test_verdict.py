@@ -187,3 +187,31 @@ def test_a_claim_whose_control_passes_its_test_is_not_testable():
     stored = Claim("x.rate", "FedVRA", "a rate", [], [dataclasses.asdict(e) for e in claim],
                    controls=[dataclasses.asdict(e) for e in also_passes])
     assert stored.verdict == "not testable here" and stored.controls == also_passes
+
+
+def test_the_initial_model_in_the_methods_place_is_a_control_a_paired_test_must_reject():
+    """Issue 43: every paired "faster" or "more accurate" claim carries a control: the initial model (no training) in
+    the method's place. Round 0 is read from the runs and must agree across them (one seed, one initial model); a
+    test that cannot reject the untrained model cannot tell training from none (the claim becomes not testable)."""
+    import pandas as pd
+
+    from fedcompanion.experiments import initial_values, round_zero, untrained_control
+
+    seeds = [0, 1, 2]
+    rows = [dict(label=label, seed=s, round=r, metric="loss", value=v, client=c)
+            for label, start, end in (("A", 2.3, 0.4), ("B", 2.3, 0.6)) for s in seeds
+            for r, v in ((0, start + 0.01 * s), (10, end + 0.01 * s)) for c in (-1, 3)]
+    table = round_zero(pd.DataFrame(rows))
+    assert initial_values(table, "loss", ["A", "B"], seeds) == pytest.approx([2.3, 2.31, 2.32])
+    claim = paired("B", "A vs B", "loss", "lower", [0.40, 0.41, 0.42], [0.6, 0.63, 0.61], seeds)
+    control = untrained_control(claim, initial_values(table, "loss", ["A", "B"], seeds), "A")
+    assert control.question == "the initial model (no training) vs B" and control.baseline == claim.baseline
+    assert decide([claim], controls=[control]) == "reproduces"
+    # a metric the untrained model wins (it loses nothing when a setting changes): the control is not rejected
+    robust = paired("B", "A vs B", "accuracy lost", "lower", [0.02, 0.03, 0.01], [0.05, 0.06, 0.07], seeds)
+    assert decide([robust], controls=[untrained_control(robust, [0.0, 0.0, 0.0], "A")]) == "not testable here"
+    other = pd.DataFrame([dict(r, value=r["value"] * 1.1) if r["label"] == "B" else r for r in rows])
+    with pytest.raises(ValueError, match="seed 0.*one initial model"):
+        initial_values(round_zero(other), "loss", ["A", "B"], seeds)
+    with pytest.raises(ValueError, match="paired item"):
+        untrained_control(against("B", "A", "loss", "lower", [0.4, 0.4, 0.4], 1.0, seeds), [2.3] * 3, "A")

@@ -153,15 +153,16 @@ def specs(task: ArenaTask, methods: list[str], plan: Plan, contenders: dict | No
 
 def per_seed(frame: pd.DataFrame, task: ArenaTask, plan: Plan) -> pd.DataFrame:
     """One row per (method, seed): ``metric`` (last round), ``rounds to target``, ``upload KB`` (per client and round),
-    ``client accuracy std``, ``worst-10% accuracy``, ``status``; NaN for a diverged run, but its ``diverged round``."""
+    ``client accuracy std``, ``worst-10% accuracy``, ``status``; NaN for a diverged run, but its ``diverged round``
+    and ``initial metric`` (round 0: the initial model, shared by every method on a seed)."""
     rows, runs = [], frame.attrs.get("runs", pd.DataFrame(columns=["hash", "diverged_round"]))
     diverged_in = dict(zip(runs["hash"], runs["diverged_round"]))
     glob = frame[frame.client == -1]
     for (label, seed), run in glob.groupby(["label", "seed"]):
         status = run.status.iloc[0]
         wide = run.pivot_table(index="round", columns="metric", values="value").sort_index()
-        row = {"method": label, "seed": int(seed), "status": status, "diverged round":
-               diverged_in.get(run["hash"].iloc[0]) if status != "ok" and "hash" in run else None}
+        row = {"method": label, "seed": int(seed), "status": status, "initial metric": float(wide[task.metric].iloc[0]),
+               "diverged round": diverged_in.get(run["hash"].iloc[0]) if status != "ok" and "hash" in run else None}
         if status == "ok":
             last = wide.iloc[-1]
             hit = wide[task.metric] >= task.target if task.better == "higher" else wide[task.metric] <= task.target

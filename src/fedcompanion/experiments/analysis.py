@@ -1,6 +1,8 @@
-"""Reading cached runs for figures and verdicts: timings, last-round summaries and paired evidence."""
+"""Reading cached runs for figures and verdicts: timings, last-round summaries, paired evidence and its control
+(the initial model in the method's place)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +51,40 @@ def per_seed_evidence(table: pd.DataFrame, column: str, method: str, baseline: s
                 for s in seeds]
     return paired(setting, question or f"{method} vs {baseline}", column, better, column_of(method),
                   column_of(baseline), seeds, holds_if, margin)
+
+
+def round_zero(frame: pd.DataFrame) -> pd.DataFrame:
+    """The global metrics at round 0 (the initial model, evaluated before any training), as (label, seed) x
+    metric: the table :func:`initial_values` reads."""
+    rows = frame[(frame.client == -1) & (frame["round"] == 0)]
+    return rows.pivot_table(index=["label", "seed"], columns="metric", values="value", aggfunc="first")
+
+
+def initial_values(table: pd.DataFrame, column: str, labels: list[str], seeds: list[int],
+                   rtol: float = 1e-5) -> list[float]:
+    """Per seed, ``column`` for the initial model, from the rows of ``labels`` in a (label, seed) table (e.g.
+    :func:`round_zero`). A seed fixes the initial model, so those rows must agree (to ``rtol``: the runs may come
+    from machines whose float32 last bits differ); a ``ValueError`` names the seed where they do not."""
+    out = []
+    for s in seeds:
+        seen = [float(table.loc[(label, s), column]) for label in labels]
+        if not np.allclose(seen, seen[0], rtol=rtol, atol=0):
+            raise ValueError(f"{column} at round 0, seed {s}: {dict(zip(labels, seen))} differ, so the runs did "
+                             "not start from one initial model")
+        out.append(seen[0])
+    return out
+
+
+def untrained_control(item, initial: list[float], method: str):
+    """The control of a paired item "``method`` is better than the baseline": the same test with ``method``'s values
+    replaced by the initial model's (``initial``, on the item's seeds), i.e. a method that does not train. Its
+    metric stays at round 0's value, so its mean over the rounds and its last value are both round 0's. The test is
+    the item's own (a not-worse item keeps its margin). A test that does not reject it (``does not reproduce``)
+    cannot tell training from none."""
+    if item.kind != "paired" or len(initial) != len(item.values):
+        raise ValueError(f"untrained_control needs a paired item and one initial value per seed, got {item.kind!r} "
+                         f"with {len(item.values)} seeds and {len(initial)} initial values")
+    untrained = "the initial model (no training)"
+    question = (item.question.replace(method, untrained, 1) if method in item.question
+                else f"{untrained} in place of {method}: {item.question}")
+    return dataclasses.replace(item, question=question, values=tuple(initial))

@@ -71,6 +71,7 @@ def test_per_seed_reads_the_last_round_the_target_and_the_upload():
     t = arena.per_seed(frame, ACC, plan)
     a = t.loc[("A", 0)]
     assert a["metric"] == 0.9 and a["rounds to target"] == 5.0  # target 0.85 first reached at round 5
+    assert a["initial metric"] == 0.1 and t.loc[("B", 0), "initial metric"] == 0.1  # round 0, diverged or not
     assert a["upload KB"] == pytest.approx(10000 * 4 / 1e3 / (10 * 10))  # float32 floats per client and round
     assert t.loc[("B", 0), "status"] == "diverged" and np.isnan(t.loc[("B", 0), "metric"])
     assert arena.diverged_runs(t, "mnist") == [{"label": "mnist: B", "seed": 0, "round": 7, "role": "evaluation"}]

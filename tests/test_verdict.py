@@ -187,6 +187,10 @@ def test_a_claim_whose_control_passes_its_test_is_not_testable():
     stored = Claim("x.rate", "FedVRA", "a rate", [], [dataclasses.asdict(e) for e in claim],
                    controls=[dataclasses.asdict(e) for e in also_passes])
     assert stored.verdict == "not testable here" and stored.controls == also_passes
+    assert [w for w, _ in stored.checked_controls()] == ["not rejected (reproduces)"]
+    kept = Claim("x.rate", "FedVRA", "a rate", [], [dataclasses.asdict(e) for e in claim],
+                 controls=[dataclasses.asdict(e) for e in wrong])
+    assert [w for w, _ in kept.checked_controls()] == ["rejected"]
 
 
 def test_the_initial_model_in_the_methods_place_is_a_control_a_paired_test_must_reject():

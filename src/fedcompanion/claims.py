@@ -74,6 +74,12 @@ class Claim:
         short = {"reproduces": "holds", "tie": "tie", "not testable here": "not testable"}
         return [(short.get(w, "reversed"), e) for w, e in zip(words(self.evidence), self.evidence)]
 
+    def checked_controls(self) -> list[tuple[str, Evidence]]:
+        """Each control with its outcome: ``rejected`` (its word is ``does not reproduce``: the test can fail), or
+        ``not rejected (tie)``, ``not rejected (reproduces)``: the test cannot tell it from the claim."""
+        return [("rejected" if w == "does not reproduce" else f"not rejected ({w})", e)
+                for w, e in zip(words(list(self.controls)), self.controls)]
+
     def held(self) -> str:
         """``k of n items hold`` (n: the testable items)."""
         items = self.items()
@@ -124,7 +130,8 @@ class Recorded:
                 f"| {c.held()} |" for c in self.summary.claims]
         for c in self.summary.claims:
             out += ["", f"`{c.id}`:"] + [f"* {w}: {escape_cell(e.describe())}" for w, e in c.items()]
-            out += [f"* control (the test must reject it): {escape_cell(e.describe())}" for e in c.controls]
+            out += [f"* control, {w} (the test must reject it): {escape_cell(e.describe())}"
+                    for w, e in c.checked_controls()]
         return "\n".join(out)
 
 

@@ -54,3 +54,19 @@ def test_the_verdict_figures_have_no_text_over_text():
     ax.text(0.5, 1.0, "a text on the title", transform=ax.transAxes, ha="center")
     assert overlapping_texts(fig), "the check misses a text drawn over the title"
     plt.close(fig)
+
+
+def test_the_verdict_chart_marks_each_claims_control():
+    """Beside a claim's items the chart marks its control: rejected, not rejected, or none declared."""
+    import dataclasses
+
+    from fedcompanion.forest import control_state
+    from fedcompanion.report import Claim
+    from fedcompanion.verdict import against
+
+    seeds = [0, 1, 2]
+    item = dataclasses.asdict(against("S", "slope vs -1/2", "slope", "lower", [-1.2, -1.3, -1.1], -0.5, seeds))
+    fails = dataclasses.asdict(against("S = 1", "slope vs -1/2", "slope", "lower", [0.1, 0.0, 0.2], -0.5, seeds))
+    assert control_state(Claim("x", "FedVRA", "a rate", [], [item])) == "none"
+    assert control_state(Claim("x", "FedVRA", "a rate", [], [item], controls=[fails])) == "rejected"
+    assert control_state(Claim("x", "FedVRA", "a rate", [], [item], controls=[item])) == "passed"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .decision import words
+from .decision import rejected, words
 
 
 def forest_rows(summaries, papers) -> list[dict]:
@@ -40,6 +40,18 @@ ITEM_WORDS = {"reproduces": "holds", "tie": "tie", "does not reproduce": "revers
               "not testable here": "not testable"}
 
 
+# a claim's control (its test applied to a method or setting the claim excludes): rejected, as it must be; not
+# rejected (the claim is then "not testable here"); or none declared
+CONTROL_MARKS = {"rejected": dict(marker="$\\checkmark$", color=WORD_COLOURS["holds"]),
+                 "passed": dict(marker="$!$", color=WORD_COLOURS["reversed"]),
+                 "none": dict(marker="$-$", color=WORD_COLOURS["tie"])}
+
+
+def control_state(claim) -> str:
+    """``rejected``, ``passed`` (not rejected) or ``none``: what the verdict chart marks beside a claim's items."""
+    return "none" if not claim.controls else "rejected" if rejected(claim.controls) else "passed"
+
+
 def write_verdict_figures(summaries, folder: Path, papers) -> list[Path]:
     """The report's two verdict figures, :func:`verdict_chart` as ``CHART`` and :func:`forest_figure` as ``FOREST``,
     saved in ``folder`` (neither without a claim to draw)."""
@@ -59,8 +71,9 @@ def write_verdict_figures(summaries, folder: Path, papers) -> list[Path]:
 def verdict_chart(summaries, papers):
     """One row per claim, paper by paper: its verdict and its items, one square each, coloured by the item's word
     within the claim (Holm-adjusted, :func:`~fedcompanion.decision.words`); a cross marks an item on which a run
-    diverged (a divergence is an outcome of its own, never a number in a mean). Readable at page width: the
-    claims' text in full words, no axis to decode."""
+    diverged (a divergence is an outcome of its own, never a number in a mean); a mark after the items says whether
+    the claim's control was rejected (:func:`control_state`). Readable at page width: the claims' text in full
+    words, no axis to decode."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,11 +96,12 @@ def verdict_chart(summaries, papers):
                                    lw=0.5))
             if e.kind in ("paired", "against") and any(e.diverged.values()):
                 ax.plot(j + 0.5, y, "x", color="k", ms=5, mew=1.2)
-        ax.text(width + 0.4, y, c.verdict, va="center", fontsize=8.5,
+        ax.plot(width + 0.6, y, ls="", ms=7, **CONTROL_MARKS[control_state(c)])
+        ax.text(width + 1.2, y, c.verdict, va="center", fontsize=8.5,
                 fontweight="bold" if c.verdict in ("reproduces", "holds (our reconstruction)") else "normal")
     labels = [f"{paper}: {c.claim if len(c.claim) <= 75 else c.claim[:72] + '...'}" for paper, c in rows]
     ax.set_yticks(range(len(rows)), list(reversed(labels)), fontsize=8)
-    ax.set_xlim(0, width + 6.5)
+    ax.set_xlim(0, width + 7.3)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xticks([])
     ax.grid(False)
@@ -96,8 +110,12 @@ def verdict_chart(summaries, papers):
     handles = [Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="#444444", label=f"item {w}")
                for w, c in WORD_COLOURS.items()]
     handles.append(plt.Line2D([], [], marker="x", ls="", color="k", label="a run diverged"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=5, fontsize=8, frameon=False)
-    ax.set_title("Every claim: its items, each coloured by its word, and the claim's verdict", fontsize=11)
+    handles += [plt.Line2D([], [], ls="", ms=7, label=label, **CONTROL_MARKS[state])
+                for state, label in (("rejected", "its control rejected"), ("passed", "its control not rejected"),
+                                     ("none", "no control"))]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=4, fontsize=8, frameon=False)
+    ax.set_title("Every claim: its items, each coloured by its word, its control, and the claim's verdict",
+                 fontsize=11)
     return fig
 
 

@@ -187,7 +187,7 @@ def test_a_claim_whose_control_passes_its_test_is_not_testable():
     stored = Claim("x.rate", "FedVRA", "a rate", [], [dataclasses.asdict(e) for e in claim],
                    controls=[dataclasses.asdict(e) for e in also_passes])
     assert stored.verdict == "not testable here" and stored.controls == also_passes
-    assert [w for w, _ in stored.checked_controls()] == ["not rejected (reproduces)"]
+    assert [w for w, _ in stored.checked_controls()] == ["reproduces, not rejected"]
     kept = Claim("x.rate", "FedVRA", "a rate", [], [dataclasses.asdict(e) for e in claim],
                  controls=[dataclasses.asdict(e) for e in wrong])
     assert [w for w, _ in kept.checked_controls()] == ["rejected"]

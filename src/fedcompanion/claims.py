@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
-from .decision import decide, explain, words
+from .decision import control_outcome, decide, explain, words
 from .verdict import Evidence, from_dict
 
 PAPERS = {
@@ -75,10 +75,9 @@ class Claim:
         return [(short.get(w, "reversed"), e) for w, e in zip(words(self.evidence), self.evidence)]
 
     def checked_controls(self) -> list[tuple[str, Evidence]]:
-        """Each control with its outcome: ``rejected`` (its word is ``does not reproduce``: the test can fail), or
-        ``not rejected (tie)``, ``not rejected (reproduces)``: the test cannot tell it from the claim."""
-        return [("rejected" if w == "does not reproduce" else f"not rejected ({w})", e)
-                for w, e in zip(words(list(self.controls)), self.controls)]
+        """Each control with its outcome (:func:`fedcompanion.decision.control_outcome`): ``rejected``, or e.g.
+        ``tie, not rejected``."""
+        return [(control_outcome(w), e) for w, e in zip(words(list(self.controls)), self.controls)]
 
     def held(self) -> str:
         """``k of n items hold`` (n: the testable items)."""
@@ -130,7 +129,7 @@ class Recorded:
                 f"| {c.held()} |" for c in self.summary.claims]
         for c in self.summary.claims:
             out += ["", f"`{c.id}`:"] + [f"* {w}: {escape_cell(e.describe())}" for w, e in c.items()]
-            out += [f"* control, {w} (the test must reject it): {escape_cell(e.describe())}"
+            out += [f"* control, which the test must reject ({w}): {escape_cell(e.describe())}"
                     for w, e in c.checked_controls()]
         return "\n".join(out)
 

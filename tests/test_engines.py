@@ -165,7 +165,7 @@ def test_every_client_row_starts_on_a_64_byte_boundary(small_mnist, monkeypatch)
     starts = []
 
     def recording(*args):
-        starts.extend(row.data_ptr() % clientwise.ROW_ALIGNMENT for row in args[2][3])
+        starts.extend(row.data_ptr() % clientwise.ROW_ALIGNMENT for row in args[2][4])
         clientwise._all_clients(*args)
 
     monkeypatch.setattr(clientwise, "_compiled", recording)
@@ -175,6 +175,44 @@ def test_every_client_row_starts_on_a_64_byte_boundary(small_mnist, monkeypatch)
     assert starts == [0] * 5
     rows = clientwise.aligned_rows(torch.zeros(1, dtype=torch.float64), 3, 5)
     assert rows.shape == (3, 5) and rows.stride() == (8, 1) and all(r.data_ptr() % 64 == 0 for r in rows)
+
+
+@pytest.mark.parametrize("build, name, hp", [
+    (lambda: fc.tasks.qsar_logistic_task(num_clients=6), "adafedadam", dict(alpha=1.0, server_lr=0.03)),
+    (lambda: fc.tasks.federated_dataset_task("mnist", 12, "dirichlet", "mlp", seed=0, alpha=0.5, hidden=(16,)),
+     "fedvra", dict(gamma=0.3)),
+])
+def test_full_batch_steps_read_the_rows_in_place_with_the_copys_bits(monkeypatch, build, name, hp):
+    """A full-batch client's steps read its rows of the data in place (one aligned view, ``whole_block``) instead of
+    copying them at every step, and end on the bits of the copy (QSAR float64; MNIST float32 with an MLP). Mini-batches
+    and a run that does not start on a 64-byte boundary keep the copy."""
+    from fedcompanion.engine import clientwise
+
+    task = build()
+    kw = dict(rounds=2, clients_per_round=4, seed=1, per_client_metrics=False,
+              local=fc.LocalWork(steps=3, batch_size=None))
+    used = []
+    whole_block = clientwise.whole_block
+
+    def recording(inputs, rows):
+        block = whole_block(inputs, rows)
+        used.append(block is not None)
+        return block
+
+    monkeypatch.setattr(clientwise, "whole_block", recording)
+    in_place = fc.run(task, fc.make(name, **hp), **kw).params
+    assert used and all(used)
+    monkeypatch.setattr(clientwise, "whole_block", lambda inputs, rows: None)
+    copied = fc.run(task, fc.make(name, **hp), **kw).params
+    assert torch.equal(in_place, copied)
+    monkeypatch.setattr(clientwise, "whole_block", recording)
+    used.clear()
+    fc.run(task, fc.make(name, **hp), **dict(kw, local=fc.LocalWork(steps=3, batch_size=8)))
+    assert used and not any(used)
+    data = torch.zeros(10, 3, dtype=torch.float64)  # rows of 24 bytes: row 1 starts 24 bytes past a boundary
+    assert whole_block(data, torch.arange(1, 4).expand(2, 3)) is None
+    assert whole_block(data, torch.arange(8, 10).expand(2, 2)) is not None  # 192 bytes in
+    assert whole_block(data, torch.tensor([[8, 9], [9, 8]])) is None
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])

@@ -4,13 +4,14 @@ MATLAB code run under GNU Octave, on the same problems, side by side, in one run
     python benchmarks/ceadmm.py                                  # fedcompanion only
     python benchmarks/ceadmm.py --authors-code PATH/ICEADMM/Solvers   # and the authors' solvers, if Octave is here
 
-PATH is a local copy of https://github.com/ShenglongZhou/ICEADMM (not shipped with this project). Problems:
-the paper's non-IID linear regression (200 clients, n = 100, k0 = 10) and QSAR logistic regression in the
-authors' setting (64 clients, mu = 1e-3, k0 = 5, ``curvature='gram'`` for ICEADMM, which is what their code
-does). Time per iteration is measured as (t(N2) - t(N1)) / (N2 - N1) for both sides, so set-up cancels; set-up
-is reported apart. fedcompanion's times are medians of ``--repeats`` interleaved runs, the authors' one run each
-(a minute each under Octave). The objective trajectories f(y^k) of both sides are compared as a faithfulness check.
-Writes ``benchmarks/results/ceadmm.csv``.
+PATH is a local copy of https://github.com/ShenglongZhou/ICEADMM (not shipped with this project). Problems: the
+paper's non-IID linear regression (200 clients, n = 100, k0 = 10) and QSAR logistic regression in the authors' setting
+(64 clients, mu = 1e-3, k0 = 5, ``curvature='gram'`` for ICEADMM, which is what their code does; CEADMM's
+least-squares solve also with the authors' CG from zero and with CG started from the client's iterate,
+``local_solver='cg'`` and ``'cg_warm'``). Time per iteration is measured as (t(N2) - t(N1)) / (N2 - N1) for both
+sides, so set-up cancels; set-up is reported apart. fedcompanion's times are medians of ``--repeats`` interleaved
+runs, the authors' one run each (a minute each under Octave). The objective trajectories f(y^k) of both sides are
+compared as a faithfulness check. Writes ``benchmarks/results/ceadmm.csv``.
 """
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ from fedcompanion.machine import default_threads
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = {
     "linear regression": dict(build=lambda: fc.tasks.least_squares_task(num_clients=200, dim=100, seed=0), k0=10,
-                              runs={"iceadmm": {}, "ceadmm": {}}, lengths=(100, 1100)),
+                              runs=[("iceadmm", {}), ("ceadmm", {}), ("ceadmm", {"local_solver": "cg"}),
+                                    ("ceadmm", {"local_solver": "cg_warm"})], lengths=(100, 1100)),
     "QSAR logistic": dict(build=lambda: fc.tasks.qsar_logistic_task(num_clients=64, mu=1e-3, setting="authors"),
-                          k0=5, runs={"iceadmm": {"curvature": "gram"}, "ceadmm": {}}, lengths=(20, 120)),
+                          k0=5, runs=[("iceadmm", {"curvature": "gram"}), ("ceadmm", {})], lengths=(20, 120)),
 }
 
 
@@ -135,14 +137,14 @@ def main() -> int:
               f"constants) {setup:.2f} s")
         spec = dict(spec, name=problem)
         with tempfile.TemporaryDirectory() as tmp:
-            for method, hp in spec["runs"].items():
+            for method, hp in spec["runs"]:
                 for threads in [None, *args.threads]:  # None: fc.run's default (one thread on a small problem)
                     row, f_ours = measure(task, method, spec, hp, threads, args.repeats, setup)
                     shown = "default" if threads is None else f"{threads} threads"
-                    line = (f"  {method:8s} {hp!s:24s} fedcompanion ({shown}, {row['threads']} used) "
+                    line = (f"  {method:8s} {hp!s:30s} fedcompanion ({shown}, {row['threads']} used) "
                             f"{row['ours_ms_per_iteration']:7.2f} ms/iteration (recording every iteration costs "
                             f"{100 * row['recording_overhead']:+.0f}%)")
-                    if use_octave and threads is None:
+                    if use_octave and threads is None and "local_solver" not in hp:  # the authors' once a method
                         line += compare_authors(row, task, problem, method, spec, f_ours, args.authors_code, Path(tmp))
                     print(line, flush=True)
                     rows.append(row)

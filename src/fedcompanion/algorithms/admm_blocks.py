@@ -169,14 +169,19 @@ def block_diagonal(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return forward.to_sparse_csr(), backward.to_sparse_csr()
 
 
-def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int) -> torch.Tensor:
-    """Conjugate gradients from zero on m independent SPD systems at once (rows of ``rhs``), until each
-    residual norm is <= ``tol``.
+def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int, start: torch.Tensor | None = None
+               ) -> torch.Tensor:
+    """Conjugate gradients on m independent SPD systems at once (rows of ``rhs``), from zero or from ``start``
+    (its first residual rhs - A start), until each residual norm is <= ``tol``.
 
     Written here because neither torch nor scipy offers a *batched* CG; scipy's ``cg`` would mean
     a Python loop over clients."""
-    x = torch.zeros_like(rhs)
-    r = rhs.clone()
+    if start is None:
+        x = torch.zeros_like(rhs)
+        r = rhs.clone()
+    else:
+        x = start.clone()
+        r = rhs - matvec(x)
     p = r.clone()
     rs = (r * r).sum(1)
     for _ in range(max_iter):

@@ -33,6 +33,10 @@ def test_rekey_carries_a_number_neutral_edit_and_refuses_one_that_moves_the_numb
     results = tmp_path / "results"
     sweep(CONFIGS, results, jobs=1, progress=False)  # stored by this code: the one before the edit
     stored = sorted(p.name for p in results.iterdir())
+    summary = results / "summaries" / "nb.json"  # a notebook that read both runs and one run of another code
+    summary.parent.mkdir()
+    listed = sorted([p.stem for p in results.glob("*.json")] + ["ffffffffffffffff"])
+    summary.write_text(json.dumps({"notebook": "nb", "runs_read": listed}, indent=1, sort_keys=True) + "\n")
     now = tmp_path / "edited" / "src"
     shutil.copytree(PACKAGE, now / "fedcompanion", ignore=shutil.ignore_patterns("__pycache__"))
     fedavg = now / "fedcompanion" / "algorithms" / "fedavg.py"
@@ -43,13 +47,15 @@ def test_rekey_carries_a_number_neutral_edit_and_refuses_one_that_moves_the_numb
                         f"sys.exit(rekey(Path({str(results)!r}), Path({str(PACKAGE.parent)!r}), "
                         f"Path({str(tmp_path / 'work')!r})))")
     log = done.stdout + done.stderr
-    after = sorted(p.name for p in results.iterdir())
+    after = sorted(p.name for p in results.iterdir() if p.is_file())
+    read = json.loads(summary.read_text())["runs_read"]
     if edit == "the step halved":
         assert done.returncode == 1 and "0 of 1 groups carried" in log, log
-        assert after == stored  # nothing renamed, nothing rewritten
+        assert after == stored and read == listed  # nothing renamed, nothing rewritten
         return
-    assert done.returncode == 0 and "1 of 1 groups carried" in log, log
+    assert done.returncode == 0 and "1 of 1 groups carried; 1 summaries" in log, log
     assert len(after) == len(stored) and set(after).isdisjoint(stored)  # every run under its new key
+    assert read == sorted([p.stem for p in results.glob("*.json")] + ["ffffffffffffffff"])  # the summary follows
     current = _python(now, "import json; from pathlib import Path; from fedcompanion.verify import _stored, "
                            f"is_current; print(json.dumps([is_current(m) for m in _stored(Path({str(results)!r}))]))")
     assert json.loads(current.stdout) == [True, True], current.stderr

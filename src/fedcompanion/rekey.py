@@ -14,7 +14,8 @@ made (its key was current there) and whose key the code as it is now computes di
    code as it is now, both with the sweeps' thread count, side by side;
 3. carries the runs of every group whose two histories (and statuses) are bit-identical: their files are renamed to
    the new key's hash and their record rewritten with the new key and its digest; the history, the timings and the
-   platform that computed them are left as they were;
+   platform that computed them are left as they were; each notebook's summary (``results/summaries``) then lists
+   the carried runs it read under their new hashes (``runs_read``, what ``prune`` keeps), so nothing is re-executed;
 4. leaves every other group's runs under their old keys (stale: ``make reproduce`` recomputes them) and says so.
 
 It prints one line per group and exits non-zero if some group could not be carried.
@@ -32,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from .atomic import write_atomic
+from .claims import summaries_dir
 from .experiments.cache import read_history, record_digest
 from .experiments.config import key_hash
 from .verify import ROOT, _config, _stored, compare, is_current
@@ -68,14 +70,15 @@ def _python(src: Path, code: str, *args: str, background: bool = False):
 
 
 def group_of(meta: dict) -> tuple:
-    """What decides a run's code path: algorithm, task, dataset, partition, engine, metrics, momentum, scope."""
+    """What decides a run's code path: algorithm, task, dataset, partition, engine, metrics, momentum, full batch or
+    mini-batches, scope, the ADMM family's local solver and curvature."""
     c = meta["config"]
     args = c.get("task_args", {})
     local = c.get("local") or {}
     return (c["algorithm"], c["task"], args.get("dataset"), args.get("partition_scheme"), c.get("engine"),
-            tuple(c.get("metrics", [])), bool(local.get("momentum")), c.get("eval_train"),
-            c.get("per_client_metrics"), bool(c.get("hyperparameters", {}).get("local_solver") == "cg"),
-            c.get("hyperparameters", {}).get("curvature"))
+            tuple(c.get("metrics", [])), bool(local.get("momentum")), "batch_size" in local and
+            local["batch_size"] is None, c.get("eval_train"), c.get("per_client_metrics"),
+            c.get("hyperparameters", {}).get("local_solver"), c.get("hyperparameters", {}).get("curvature"))
 
 
 def _cost(meta: dict) -> float:
@@ -103,6 +106,21 @@ def carry(meta: dict, results: Path) -> str:
     for suffix in (".json", ".csv.gz", ".pt"):
         (results / f"{old}{suffix}").unlink(missing_ok=True)
     return new
+
+
+def follow(summaries: Path, renamed: dict[str, str]) -> int:
+    """Rewrite every summary's ``runs_read`` with the carried runs' new hashes (``renamed``: old -> new); returns how
+    many summaries changed."""
+    changed = 0
+    for path in sorted(summaries.glob("*.json")):
+        data = json.loads(path.read_text())
+        read = data.get("runs_read") if isinstance(data, dict) else None
+        if not isinstance(read, list) or not renamed.keys() & set(read):
+            continue
+        data["runs_read"] = sorted(renamed.get(h, h) for h in read)
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        changed += 1
+    return changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +162,7 @@ def rekey(results: Path, before: Path, tmp: Path) -> int:
             print(f"error: recomputing the samples under the {name} code failed", file=sys.stderr)
             return 1
     statuses = {name: json.loads((tmp / name / "statuses.json").read_text()) for name in outputs}
-    failed = 0
+    failed, renamed = 0, {}
     for i, (group, runs) in enumerate(groups.items()):
         a, b = (pd.read_csv(tmp / name / f"{i}.csv.gz") for name in ("before", "now"))
         same = compare(a, b) == 0 and statuses["before"][i] == statuses["now"][i]
@@ -152,11 +170,12 @@ def rekey(results: Path, before: Path, tmp: Path) -> int:
         label = " ".join(str(g) for g in group[:5] if g is not None)
         if same:
             for meta in runs:
-                carry(meta, results)
+                renamed[Path(meta["_file"]).stem] = carry(meta, results)
         failed += not same
         print(f"  {label:60s} {len(runs):5d} runs: {'carried' if same else 'NOT carried (numbers differ)'}"
               f"{'' if compare(committed, b) == 0 else ' (committed history from another platform)'}")
-    print(f"{len(groups) - failed} of {len(groups)} groups carried")
+    print(f"{len(groups) - failed} of {len(groups)} groups carried; "
+          f"{follow(summaries_dir(results), renamed)} summaries list their runs' new hashes")
     return 1 if failed else 0
 
 

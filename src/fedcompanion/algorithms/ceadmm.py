@@ -21,11 +21,13 @@ Local updates:
 * **exact** (Algorithm 2 with k0 = 1, **CEADMM** Algorithm 3): solve
   :math:`w_i\nabla f_i(x_i) + \pi_i^k + \sigma_i(x_i - y^{k+1}) = 0` (least squares: the system
   matrix is Cholesky-factored and inverted once, then each solve is one batched product;
-  ``local_solver='cg'``: what the authors' code does, conjugate gradients from zero at every iteration, at most
-  50 iterations, residual below 1e-8 of the right-hand side's norm (MATLAB pcg's relative tolerance);
-  ``local_solver='cg_warm'``: the same CG and stopping rule started from the client's current iterate
-  :math:`x_i^k` (y after a reset), which is already near the solution once the iterates settle, so each solve
-  takes fewer CG iterations to the same residual;
+  ``local_solver='cg'``: what the authors' code does (``my_cg`` in ICEADMM4LinearReg.m), one Newton step
+  :math:`x_i^{k+1} = x_i^k - s` with :math:`(w_iH_i + \sigma_i I)s = g_i`, :math:`g_i = w_i\nabla f_i(x_i^k) +
+  \pi_i^k + \sigma_i(x_i^k - y^{k+1})`, s by conjugate gradients from zero, at most 50 iterations, stopping once the
+  squared residual is below 1e-8 of :math:`\|g_i\|^2` (a residual of 1e-4 of the gradient's norm: an inexact
+  solve whose error shrinks with the gradient); ``local_solver='cg_warm'``: the exact solve to a residual of 1e-8
+  of the system's right-hand side's norm, by CG started from the client's iterate :math:`x_i^k` (y after a reset),
+  at most 50 iterations;
   l2-logistic, or a task with the non-convex regulariser: batched Newton-CG to a gradient norm of ``tol_local``,
   each Newton step halved until the local objective decreases; the local objective must be strongly convex,
   :math:`\sigma_i > w_i\lambda/2` for the regulariser's weight :math:`\lambda`, else the run is refused).
@@ -71,7 +73,7 @@ from .base import FullBatch, register
 
 SOLVERS = ("exact", "linearized_server", "linearized_local")
 CURVATURES = ("lipschitz", "gram")
-# CEADMM's exact least-squares solve: a factor cached once, CG from zero (the authors' code), or CG from x_i^k
+# CEADMM's least-squares solve: a factor cached once, the authors' CG on the Newton step, or CG from x_i^k to 1e-8
 LOCAL_SOLVERS = ("factored", "cg", "cg_warm")
 
 
@@ -152,10 +154,15 @@ class ConsensusADMM(FullBatch):
     def _exact(self, b: ClientBlocks, x, y, pi, sigma, cache):
         w = b.weights[:, None]
         quadratic = b.loss.quadratic and not b.nonconvex
-        if quadratic and self.local_solver != "factored":  # CG from zero every time (the authors' code), or warm
-            rhs = w * b.atb - pi + sigma[:, None] * y
-            return batched_cg(lambda v: w * b.hvp(x, v) + sigma[:, None] * v, rhs, 1e-8 * rhs.norm(dim=1), 50,
-                              start=x if self.local_solver == "cg_warm" else None)
+        if quadratic and self.local_solver != "factored":
+            def hessian(v):  # (w_i H_i + sigma_i I) v
+                return w * b.hvp(x, v) + sigma[:, None] * v
+
+            if self.local_solver == "cg":  # the authors' code: the Newton step s by CG from zero
+                g = w * b.evaluate(x)[1] + pi + sigma[:, None] * (x - y)
+                return x - batched_cg(hessian, g, 1e-4 * g.norm(dim=1), 50)
+            rhs = w * b.atb - pi + sigma[:, None] * y  # cg_warm: the solve to 1e-8, CG from x_i^k
+            return batched_cg(hessian, rhs, 1e-8 * rhs.norm(dim=1), 50, start=x)
         if quadratic:  # (w_i (H_i + mu_i I) + sigma_i I) x = w_i A_i^T b_i / d_i - pi_i + sigma_i y
             if "inverse" not in cache:  # factor once; then each solve is one batched product
                 eye = torch.eye(b.a.shape[-1], dtype=b.a.dtype, device=b.a.device)

@@ -82,9 +82,14 @@ def authors(task, problem, method, k0, iterations, solvers: Path, work: Path):
     return float(values[0]), values[1:]
 
 
+def lengths(spec, hp) -> tuple[int, int]:
+    """(N1, N2): the two run lengths whose times are differenced, for both sides (shorter for the CG solvers)."""
+    return spec["cg_lengths" if "local_solver" in hp else "lengths"]
+
+
 def measure(task, method, spec, hp, threads, repeats, setup):
     """fedcompanion's time per iteration (medians of interleaved runs) and its f(y^k) trajectory."""
-    n1, n2 = spec["cg_lengths" if "local_solver" in hp else "lengths"]
+    n1, n2 = lengths(spec, hp)
     times = {"t1": [], "t2": [], "quiet": []}
     for _ in range(repeats):  # interleaved, medians: one timing of a ~1 s run is noisy
         times["t1"].append(ours(task, method, spec["k0"], hp, n1, threads=threads)[0])
@@ -98,9 +103,9 @@ def measure(task, method, spec, hp, threads, repeats, setup):
                 recording_overhead=(t2 - quiet) / quiet), f_ours
 
 
-def compare_authors(row, task, problem, method, spec, f_ours, solvers, work) -> str:
-    """Time the authors' solver on the same problem (two lengths) and compare trajectories; fills ``row``."""
-    n1, n2 = spec["lengths"]
+def compare_authors(row, task, problem, method, spec, hp, f_ours, solvers, work) -> str:
+    """Time the authors' solver on the same problem (the same two lengths) and compare trajectories; fills ``row``."""
+    n1, n2 = lengths(spec, hp)
     got = authors(task, problem, method, spec["k0"], n1, solvers, work)
     if got is None:
         return "; the authors publish no solver for this case"
@@ -146,7 +151,8 @@ def main() -> int:
                             f"{row['ours_ms_per_iteration']:7.2f} ms/iteration (recording every iteration costs "
                             f"{100 * row['recording_overhead']:+.0f}%)")
                     if use_octave and threads is None and hp.get("local_solver", "cg") == "cg":  # not cg_warm
-                        line += compare_authors(row, task, problem, method, spec, f_ours, args.authors_code, Path(tmp))
+                        line += compare_authors(row, task, problem, method, spec, hp, f_ours, args.authors_code,
+                                                Path(tmp))
                     print(line, flush=True)
                     rows.append(row)
     out = ROOT / "benchmarks" / "results"

@@ -7,11 +7,11 @@ MATLAB code run under GNU Octave, on the same problems, side by side, in one run
 PATH is a local copy of https://github.com/ShenglongZhou/ICEADMM (not shipped with this project). Problems: the
 paper's non-IID linear regression (200 clients, n = 100, k0 = 10) and QSAR logistic regression in the authors' setting
 (64 clients, mu = 1e-3, k0 = 5, ``curvature='gram'`` for ICEADMM, which is what their code does; CEADMM's
-least-squares solve also with the authors' CG from zero and with CG started from the client's iterate,
-``local_solver='cg'`` and ``'cg_warm'``). Time per iteration is measured as (t(N2) - t(N1)) / (N2 - N1) for both
-sides, so set-up cancels; set-up is reported apart. fedcompanion's times are medians of ``--repeats`` interleaved
-runs, the authors' one run each (a minute each under Octave). The objective trajectories f(y^k) of both sides are
-compared as a faithfulness check. Writes ``benchmarks/results/ceadmm.csv``.
+least-squares solve also as the authors' code does it, one Newton step by CG from zero (``local_solver='cg'``), and
+solved to 1e-8 by CG started from the client's iterate (``'cg_warm'``)). Time per iteration is measured as (t(N2) -
+t(N1)) / (N2 - N1) for both sides, so set-up cancels; set-up is reported apart. fedcompanion's times are medians of
+``--repeats`` interleaved runs, the authors' one run each (a minute each under Octave). The objective trajectories
+f(y^k) of both sides are compared as a faithfulness check. Writes ``benchmarks/results/ceadmm.csv``.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ PROBLEMS = {
     "linear regression": dict(build=lambda: fc.tasks.least_squares_task(num_clients=200, dim=100, seed=0), k0=10,
                               runs=[("iceadmm", {}), ("ceadmm", {}), ("ceadmm", {"local_solver": "cg"}),
                                     ("ceadmm", {"local_solver": "cg_warm"})], lengths=(100, 1100),
-                              cg_lengths=(100, 200)),  # CG from zero is ~50x slower an iteration
+                              cg_lengths=(100, 200)),  # the CG solvers are 10-25x slower an iteration
     "QSAR logistic": dict(build=lambda: fc.tasks.qsar_logistic_task(num_clients=64, mu=1e-3, setting="authors"),
                           k0=5, runs=[("iceadmm", {"curvature": "gram"}), ("ceadmm", {})], lengths=(20, 120)),
 }

@@ -178,6 +178,7 @@ def test_the_authors_cg_local_solver_is_their_newton_step_by_cg_from_zero(lsq32)
     sigma = algorithm.penalties(b, b.lipschitz())
     gen = torch.Generator().manual_seed(0)
     x, y, pi = (torch.randn(len(b.sizes), b.a.shape[-1], dtype=torch.float64, generator=gen) for _ in range(3))
+    assert float(b.l2.abs().max()) == 0.0  # the transcription's f_i has no l2 term
     got = algorithm._exact(b, x, y[0], pi, sigma, {}).numpy()
     for j, d in enumerate(b.sizes.long().tolist()):
         a, target = b.a[j, :d].numpy(), b.y[j, :d].numpy()
@@ -186,7 +187,6 @@ def test_the_authors_cg_local_solver_is_their_newton_step_by_cg_from_zero(lsq32)
         g = w * a.T @ (a @ xj - target) / d + pi[j].numpy() + s * (xj - y[0].numpy())
         want = xj - _my_cg(lambda v, w=w, a=a, d=d, s=s: w * a.T @ (a @ v) / d + s * v, g, 1e-8, 50)
         assert np.abs(got[j] - want).max() <= 1e-10 * np.abs(want).max(), j
-    assert float(b.l2.abs().max()) == 0.0  # the transcription's f_i has no l2 term
     exact = fc.run(lsq32, fc.make("ceadmm", k0=5), 600, eval_every=50).metric("objective_y").values
     cg = fc.run(lsq32, algorithm, 600, eval_every=50).metric("objective_y").values
     f_star = lsq32.optimum[1]

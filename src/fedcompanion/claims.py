@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
-from .decision import control_outcome, decide, explain, words
+from .decision import control_outcomes, decide, explain, words
 from .verdict import Evidence, from_dict
 
 PAPERS = {
@@ -75,9 +75,9 @@ class Claim:
         return [(short.get(w, "reversed"), e) for w, e in zip(words(self.evidence), self.evidence)]
 
     def checked_controls(self) -> list[tuple[str, Evidence]]:
-        """Each control with its outcome (:func:`fedcompanion.decision.control_outcome`): ``rejected``, or e.g.
+        """Each control with its outcome (:func:`fedcompanion.decision.control_outcomes`): ``rejected``, or e.g.
         ``tie, not rejected``."""
-        return [(control_outcome(w), e) for w, e in zip(words(list(self.controls)), self.controls)]
+        return control_outcomes(self.controls)
 
     def held(self) -> str:
         """``k of n items hold`` (n: the testable items)."""

@@ -31,10 +31,12 @@ def words(evidence: list[Evidence]) -> list[str]:
     return out
 
 
-def control_outcome(word: str) -> str:
-    """A control's outcome from its word within its claim: ``rejected`` (``does not reproduce``: the test can fail),
-    else ``<word>, not rejected`` (the test cannot tell the control from the claim)."""
-    return "rejected" if word == "does not reproduce" else f"{word}, not rejected"
+def control_outcomes(controls: list[Evidence]) -> list[tuple[str, Evidence]]:
+    """Each control with its outcome, from its word among the controls (:func:`words`): ``rejected`` (``does not
+    reproduce``: the test can fail), else ``<word>, not rejected`` (the test cannot tell the control from the
+    claim)."""
+    return [("rejected" if w == "does not reproduce" else f"{w}, not rejected", e)
+            for w, e in zip(words(list(controls)), controls)]
 
 
 def rejected(controls: list[Evidence]) -> bool:
@@ -65,7 +67,7 @@ def explain(evidence: list[Evidence], controls: list[Evidence] = ()) -> str:
     """Where the claim holds and where not: ``all 6 items hold``, or ``3 of 8 items hold``, then the items grouped
     as ``holds: ...; tie: ...; reversed: ...; not testable: ...`` (Holm-adjusted words, :func:`words`); then each
     control and whether the test rejected it."""
-    told = [f"control {e.setting}: {e.question}: {control_outcome(w)}" for e, w in zip(controls, words(list(controls)))]
+    told = [f"control {e.setting}: {e.question}: {outcome}" for outcome, e in control_outcomes(controls)]
     return "; ".join([_explain(evidence), *told])
 
 

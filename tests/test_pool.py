@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import fedcompanion as fc
+from fedcompanion.data.loaders import LOADERS
 from fedcompanion.experiments import ExperimentConfig, load_result, sweep
 from fedcompanion.experiments.pool import SCHEDULER_VARIABLE
 
@@ -112,3 +113,83 @@ def test_a_users_algorithm_reaches_the_workers_and_an_interactive_one_is_refused
     finally:
         fc.algorithms.REGISTRY.pop("halfavg-dask", None)
         fc.algorithms.REGISTRY.pop("interactive-dask", None)
+
+
+# ------------------------------------------------------------------------------------------- fourth pass
+def test_a_worker_running_other_package_code_is_refused_even_with_user_entries(client, tmp_path):
+    """The old check was skipped whenever the asking process had registered anything (every notebook that extends
+    the package): a worker with another package version computed runs stored under this code's key."""
+    fc.register_dataset("toy-fourth", train=_toy_split(0), test=_toy_split(1))  # an entry: the old check was skipped
+    configs = [ExperimentConfig(task="dataset", task_args={"dataset": "toy-fourth", "num_clients": 2, "model":
+                                                           "logistic"}, rounds=1, clients_per_round=2, seed=0)]
+    client.run(_pretend_other_code)
+    try:
+        with pytest.raises(RuntimeError, match="runs other fedcompanion code"):
+            sweep(configs, tmp_path, executor=client.get_executor(pure=False), progress=False)
+        assert not list(tmp_path.glob("*.json"))  # nothing stored
+    finally:
+        client.restart()
+        LOADERS.pop("toy-fourth")
+        LOADERS.user.discard("toy-fourth")
+
+
+def test_a_run_records_the_platform_of_the_worker_that_computed_it(client, tmp_path):
+    client.run(_pretend_other_platform)
+    try:
+        sweep(_configs(seeds=(0,))[:1], tmp_path, executor=client.get_executor(pure=False), progress=False)
+        meta = load_result(_configs(seeds=(0,))[0], tmp_path)[1]
+        assert meta["platform"]["cpu"] == "the worker's CPU"
+    finally:
+        client.restart()
+
+
+def _pretend_other_code():
+    import fedcompanion.experiments.pool as pool
+
+    pool.package_digest = lambda: "0ther0ther00"
+
+
+def _pretend_other_platform():
+    import fedcompanion.experiments.pool as pool
+    from fedcompanion.machine import numerical_platform
+
+    pool.numerical_platform = lambda: {**numerical_platform(), "cpu": "the worker's CPU"}
+
+
+def _toy_split(seed):
+    import torch
+
+    from fedcompanion.data.loaders import ArrayDataset
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(20, 3, generator=g)
+    return ArrayDataset(x, (x[:, 0] > 0).long(), 2)
+
+
+def test_a_scheduler_that_never_answers_fails_in_seconds_and_a_malformed_address_in_words(tmp_path, monkeypatch):
+    import socket
+
+    from fedcompanion.experiments import pool
+
+    with socket.socket() as tarpit:  # accepts every connection and never says a word
+        tarpit.bind(("127.0.0.1", 0))
+        tarpit.listen(8)
+        monkeypatch.setenv(SCHEDULER_VARIABLE, f"tcp://127.0.0.1:{tarpit.getsockname()[1]}")
+        monkeypatch.setattr(pool, "CONNECT_SECONDS", 2.0)
+        outcome: dict = {}
+
+        def attempt():
+            try:
+                sweep(_configs(seeds=(0,))[:2], tmp_path, jobs=1, progress=False)
+            except fc.ConfigError as error:
+                outcome["error"] = str(error)
+
+        started = time.monotonic()
+        thread = threading.Thread(target=attempt, daemon=True)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive(), "the sweep hung on a scheduler that never answers"
+        assert "did not answer within 2 s" in outcome["error"] and time.monotonic() - started < 30
+    for bad in ("tcp://127.0.0.1", "http://127.0.0.1:8786", "127.0.0.1:port"):
+        with pytest.raises(fc.ConfigError, match="is not a Dask scheduler's address"):
+            pool.check_address(bad)

@@ -45,6 +45,8 @@ def read_json(path: str | Path, what: str):
     """The JSON document in ``path`` (``what`` it is, for the message), or :class:`DamagedFile` naming the file
     when it is not UTF-8, holds merge-conflict markers or is not valid JSON (e.g. cut short)."""
     path = Path(path)
+    if not path.is_file():  # a FIFO or a device would block or never end: a project file is a regular file
+        raise DamagedFile(f"{path}: the {what} is not a regular file; the project writes plain files: remove it")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -6,6 +6,8 @@ each field checked), and what a notebook shows as its last output (:class:`Recor
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -151,11 +153,13 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
                          "reproduction's bookkeeping files (_timings, _history)")
     from .experiments.cache import take_read_runs
 
+    _check_unique_ids(claims, f"record({notebook!r})")
     summary = Summary(notebook, title, profile, claims, diverged or [], runs, checks or {}, take_read_runs())
     folder = summaries_dir(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (notebook.replace("/", "--") + ".json")
-    return Recorded(write_atomic(path, json.dumps(asdict(summary), indent=1, sort_keys=True) + "\n"), summary)
+    text = json.dumps(_strict(asdict(summary)), indent=1, sort_keys=True, allow_nan=False)
+    return Recorded(write_atomic(path, text + "\n"), summary)
 
 
 def load_summaries(results_dir: str | Path, superseded: bool = False) -> list[Summary]:
@@ -170,7 +174,23 @@ def load_summaries(results_dir: str | Path, superseded: bool = False) -> list[Su
     if superseded:
         return every
     names = {s.notebook for s in every}
-    return [s for s in every if whole_of(s.notebook) == s.notebook or whole_of(s.notebook) not in names]
+    shown = [s for s in every if whole_of(s.notebook) == s.notebook or whole_of(s.notebook) not in names]
+    _check_unique_ids([(s.notebook, c) for s in shown for c in s.claims], f"the summaries in {folder}")
+    return shown
+
+
+def _check_unique_ids(claims: list, where: str) -> None:
+    """Refuse two claims with one id (``claims``: claims, or (notebook, claim) pairs): the report gives each id one
+    anchor and one entry, so a second would hide the first."""
+    seen: dict[str, str] = {}
+    for item in claims:
+        notebook, claim = item if isinstance(item, tuple) else ("", item)
+        if claim.id in seen:
+            first = seen[claim.id]
+            both = f" (notebooks {first!r} and {notebook!r})" if notebook else ""
+            raise DamagedFile(f"{where}: two claims have the id {claim.id!r}{both}; every claim needs an id of its "
+                              "own (the report's anchor): rename one")
+        seen[claim.id] = notebook
 
 
 def whole_of(name: str) -> str:
@@ -190,10 +210,14 @@ _TUNED_FIELDS = {"default": (dict,), "default_score": (float,), "value": (dict,)
 def read_summary(path: Path) -> Summary:
     """One notebook's summary, every field the report reads checked (:class:`~fedcompanion.atomic.DamagedFile`
     names the file and the field)."""
-    data = read_json(path, "notebook summary")
+    data = _unstrict(read_json(path, "notebook summary"))
     for name, kinds in (("notebook", (str,)), ("title", (str,)), ("profile", (str,)), ("claims", (list,)),
                         ("diverged", (list,)), ("runs", (int,)), ("checks", (dict,)), ("runs_read", (list,))):
         _field(data, name, kinds, path, default=None if name in ("diverged", "runs", "checks", "runs_read") else ...)
+    for h in data.get("runs_read") or ():
+        if not isinstance(h, str) or not re.fullmatch(r"[0-9a-f]{16}", h):
+            raise DamagedFile(f"{path}: runs_read should list runs' hashes (16 lowercase hex digits), got "
+                              f"{repr(h)[:40]}")
     unknown = sorted(set(data) - {f.name for f in Summary.__dataclass_fields__.values()})
     if unknown:
         raise DamagedFile(f"{path}: unknown field(s) {unknown} in a notebook summary")
@@ -214,8 +238,43 @@ def read_summary(path: Path) -> Summary:
     return Summary(**{**data, "claims": claims})
 
 
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _strict(value):
+    """``value`` as strict JSON can hold it: a non-finite number (a missing run's NaN, a diverged run's infinity) as
+    the string Python's ``float`` reads back (``"NaN"``, ``"Infinity"``, ``"-Infinity"``), not JSON's missing token."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def _unstrict(value):
+    """The inverse of :func:`_strict` (a summary written before it holds the tokens themselves: read as they are)."""
+    if isinstance(value, str):
+        return _NONFINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _unstrict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unstrict(v) for v in value]
+    return value
+
+
 def escape_cell(text: str) -> str:
-    """``text`` as one cell of a markdown table: its bars escaped, on one line."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as one cell of a markdown table: its bars escaped, on one line, and no markup of its own
+    (:func:`plain`)."""
+    return plain(text).replace("|", "\\|")
+
+
+def plain(text: str) -> str:
+    """A claim's text (a claim, its settings, its numbers) as Markdown that shows it as written: on one line, no raw
+    HTML (``<`` and ``>`` as entities) and no link (``](`` broken), so a text from a summary can put neither a tag
+    nor a ``javascript:`` link on a reader's page."""
+    return text.replace("<", "&lt;").replace(">", "&gt;").replace("](", "]\\(") \
+        .replace("\r", " ").replace("\n", " ")
 
 

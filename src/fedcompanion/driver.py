@@ -37,7 +37,7 @@ from .protocol import (
     zero_rows,
 )
 from .tasks import Task
-from .validation import ConfigError, check_choice, check_device, check_number
+from .validation import MAX_SEED, ConfigError, check_choice, check_device, check_number
 
 
 def _check_engine_task(task) -> None:
@@ -57,7 +57,7 @@ def _check_common_arguments(task, algorithm, rounds, seed, eval_every, init, ext
     if not (is_engine_algorithm(algorithm) or is_full_batch(algorithm)):
         raise ConfigError(f"algorithm must be made by fc.make(...), got {type(algorithm).__name__}")
     check_number("rounds", rounds, low=1, integer=True)
-    check_number("seed", seed, low=0, integer=True)
+    check_number("seed", seed, low=0, high=MAX_SEED, integer=True)
     check_number("eval_every", eval_every, low=1, integer=True)
     if divergence_factor is not None:
         check_number("divergence_factor", divergence_factor, low=1.0)

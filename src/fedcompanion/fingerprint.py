@@ -65,9 +65,35 @@ _LIBRARY = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()[k] for k
                                                                                        "platlib")})
 
 
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict:
+    """Top-level import name -> the installed distributions that provide it (read once per process)."""
+    from importlib import metadata
+
+    return metadata.packages_distributions()
+
+
+@functools.cache
+def _installed_files(top: str) -> frozenset:
+    """The files that installed distributions ship under the top-level import name ``top`` (resolved paths): an
+    editable install ships none of its sources (only a ``.pth`` or a finder), so its code stays the user's."""
+    from importlib import metadata
+
+    files = set()
+    for name in _distributions().get(top, ()):
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        files |= {str(Path(dist.locate_file(f)).resolve()) for f in dist.files or () if str(f).endswith(".py")}
+    return frozenset(files)
+
+
 def user_file(module: str) -> Path | None:
-    """The source file of a user's module (not the package's, not the standard library's or an installed
-    package's), found without importing it where it is already imported."""
+    """The source file of a user's module, found without importing it where it is already imported: not the
+    package's, not the standard library's, and not a file an installed distribution ships, wherever it is installed
+    (site-packages, a folder on ``PYTHONPATH``, ``pip install --target``, a distribution's dist-packages, a conda
+    overlay): a user's module is one of their own files, or of a project of theirs installed in editable mode."""
     if module.split(".")[0] in (PACKAGE, "__main__") or not module:
         return None
     loaded = sys.modules.get(module)
@@ -81,7 +107,9 @@ def user_file(module: str) -> Path | None:
     if not path or not str(path).endswith(".py"):
         return None
     path = Path(path).resolve()
-    return None if str(path).startswith(_LIBRARY) else path
+    if str(path).startswith(_LIBRARY) or str(path) in _installed_files(module.split(".")[0]):
+        return None
+    return path
 
 
 def _source_file(module: str) -> Path | None:
@@ -161,7 +189,26 @@ class _Walk:
 
     def digest_into(self, digest) -> None:
         for module, index in sorted(self.reached):
-            digest.update(module.encode() + b"\0" + _graph(module).statements[index].text.encode() + b"\0")
+            graph = _graph(module)
+            digest.update(module.encode() + b"\0" + graph.statements[index].text.encode() + b"\0")
+            if module_file(module) is None:
+                digest.update(_live_values(graph, index))
+
+
+def _live_values(graph: Graph, index: int) -> bytes:
+    """The values that a user's module's statement ``index`` binds, as they are now in this process: a notebook that
+    reassigns a constant of an imported module (``mymodule.SCALE = 0.5``) runs other numbers than the file says, so
+    the key takes the value the run will read (data values: numbers, strings, their tuples, tensors, arrays)."""
+    live = sys.modules.get(graph.module)
+    if live is None:
+        return b""
+    texts = []
+    for name, indices in sorted(graph.binders.items()):
+        if index in indices and hasattr(live, name):
+            text = _value_text(getattr(live, name))
+            if text is not None:
+                texts.append(f"{name}={text}")
+    return "\0".join(texts).encode() + b"\0"
 
 
 def _top_name(obj) -> str | None:
@@ -317,10 +364,24 @@ def fingerprint(roots: Iterable) -> str:
     return _collect(roots).digest()
 
 
+@functools.cache
+def package_digest() -> str:
+    """SHA-256 (first 12 hex digits) of every source file of the package as this process read it at first call: two
+    processes run the same package code exactly when their digests agree (a Dask worker and the process that asks it
+    for a run compare them before every run, whatever else the run uses)."""
+    digest = hashlib.sha256()
+    for path in sorted(ROOT.rglob("*.py")):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 def clear() -> None:
     """Forget every file read and fingerprint taken (for tests that edit a scratch copy of the package)."""
     _package_fingerprint.cache_clear()
     graph_of.cache_clear()
+    _distributions.cache_clear()
+    _installed_files.cache_clear()
+    package_digest.cache_clear()
 
 
 def reached(roots: Iterable) -> list[tuple[str, str]]:

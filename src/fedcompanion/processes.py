@@ -11,8 +11,10 @@ launcher recorded in a file.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +114,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+@contextlib.contextmanager
+def terminate_as_exit():
+    """Inside, SIGTERM raises ``SystemExit`` (status 143), so a command's ``finally`` blocks and ``with`` exits run
+    (a temporary folder, a git worktree are removed) where the default action would end the process at once."""
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+

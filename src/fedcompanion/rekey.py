@@ -32,10 +32,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import write_atomic
-from .claims import summaries_dir
+from .atomic import DamagedFile, read_json, write_atomic
+from .claims import load_summaries, read_summary, summaries_dir
 from .experiments.cache import read_history, record_digest
 from .experiments.config import key_hash
+from .processes import terminate_as_exit
+from .prune import JOURNAL, RUN_NAME
 from .verify import ROOT, _config, _stored, compare, is_current
 
 # run in a subprocess under either tree: the configs in argv[1] (JSON) -> argv[2]/<i>.csv.gz and statuses
@@ -90,49 +92,122 @@ def _fields(meta: dict) -> dict:
     return {k: v for k, v in meta["config"].items() if k not in ("code", "files", "data")}
 
 
-def carry(meta: dict, results: Path) -> str:
-    """Rename a run's files to its current key's hash and rewrite its record with that key; returns the new stem."""
+def plan(meta: dict) -> tuple[str, str, dict]:
+    """(old stem, new stem, new record) of a run carried to its current key: the record rewritten with that key and
+    its digest; the history, the timings and the platform that computed them as they were."""
     old = Path(meta["_file"]).stem
     key = json.loads(json.dumps(_config(meta).key(), default=list))
-    new = key_hash(key)
     record = {k: v for k, v in meta.items() if k != "_file"}
     record["config"] = key
     record["record"] = record_digest(record)
-    if not (results / f"{new}.json").exists():
-        for suffix in (".csv.gz", ".pt"):
-            if (results / f"{old}{suffix}").exists():
-                write_atomic(results / f"{new}{suffix}", (results / f"{old}{suffix}").read_bytes())
-        write_atomic(results / f"{new}.json", json.dumps(record, indent=1).encode())
-    for suffix in (".json", ".csv.gz", ".pt"):
-        (results / f"{old}{suffix}").unlink(missing_ok=True)
-    return new
+    return old, key_hash(key), record
+
+
+def carry(results: Path, metas: list[dict]) -> tuple[dict[str, str], int]:
+    """Carry the runs ``metas`` to their current keys, safe under a kill at any point; returns (old -> new stem, how
+    many summaries changed).
+
+    1. every run is copied to its new name (history and model, the record last), the old files kept: a kill here
+       leaves copies that no summary lists, which the next rekey completes (or ``prune`` removes);
+    2. the journal (``results/.rekey-journal.json``: old -> new) is written; from here :func:`finish` completes the
+       move, and ``prune`` refuses to run;
+    3. :func:`finish`: the summaries list the new hashes (each summary written atomically), then the old files go,
+       then the journal: every hash that a summary lists names a stored run at every point."""
+    renamed = {}
+    for meta in metas:
+        old, new, record = plan(meta)
+        if not (results / f"{new}.json").is_file():
+            for suffix in (".csv.gz", ".pt"):
+                if (results / f"{old}{suffix}").is_file():
+                    write_atomic(results / f"{new}{suffix}", (results / f"{old}{suffix}").read_bytes())
+            write_atomic(results / f"{new}.json", json.dumps(record, indent=1).encode())
+        if new != old:
+            renamed[old] = new
+    if not renamed:
+        return renamed, 0
+    write_atomic(results / JOURNAL, json.dumps(renamed, indent=1, sort_keys=True))
+    return renamed, finish(results)
+
+
+def finish(results: Path) -> int:
+    """Complete an interrupted carry from its journal, if there is one (:func:`carry`, step 3): summaries first, then
+    the old files of each run whose new record is stored, then the journal; returns how many summaries changed."""
+    journal = results / JOURNAL
+    if not journal.exists():
+        return 0
+    renamed = read_json(journal, "rekey journal")
+    if not isinstance(renamed, dict) or not all(isinstance(k, str) and isinstance(v, str) and RUN_NAME.fullmatch(k)
+                                                and RUN_NAME.fullmatch(v) for k, v in renamed.items()):
+        raise DamagedFile(f"{journal}: a rekey journal maps old run hashes to new ones; this one does not")
+    renamed = {old: new for old, new in renamed.items() if (results / f"{new}.json").is_file()}
+    changed = follow(summaries_dir(results), renamed)
+    for old in renamed:
+        for suffix in (".json", ".csv.gz", ".pt"):
+            (results / f"{old}{suffix}").unlink(missing_ok=True)
+    journal.unlink()
+    return changed
 
 
 def follow(summaries: Path, renamed: dict[str, str]) -> int:
     """Rewrite every summary's ``runs_read`` with the carried runs' new hashes (``renamed``: old -> new); returns how
-    many summaries changed."""
+    many summaries changed. Every summary is read through the validated reader first: a damaged one stops it,
+    named, before any is rewritten."""
+    for path in sorted(summaries.glob("*.json")):
+        if not path.name.startswith("_"):
+            read_summary(path)
     changed = 0
     for path in sorted(summaries.glob("*.json")):
+        if path.name.startswith("_"):
+            continue
         data = json.loads(path.read_text())
-        read = data.get("runs_read") if isinstance(data, dict) else None
+        read = data.get("runs_read")
         if not isinstance(read, list) or not renamed.keys() & set(read):
             continue
-        data["runs_read"] = sorted(renamed.get(h, h) for h in read)
+        data["runs_read"] = sorted({renamed.get(h, h) for h in read})
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         changed += 1
     return changed
 
 
+def _commit(revision: str) -> str:
+    """The commit ``revision`` names in the project's repository, or ``SystemExit`` saying why not (an option-like
+    text never reaches git as an option)."""
+    if not revision or revision.startswith("-"):
+        raise SystemExit(f"error: --before {revision!r} is not a git revision")
+    try:
+        found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                                f"{revision}^{{commit}}"], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SystemExit("error: rekey needs git (the old code is checked out from the repository)") from None
+    if found.returncode != 0:
+        raise SystemExit(f"error: --before {revision!r} is not a commit of the repository at {ROOT}")
+    return found.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedcompanion.rekey --before REV``: see the module docstring."""
+    """``python -m fedcompanion.rekey --before REV`` (or ``--finish``): see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", required=True, help="the git revision whose code made the stored runs")
+    parser.add_argument("--before", help="the git revision whose code made the stored runs")
+    parser.add_argument("--finish", action="store_true", help="only complete an interrupted rekey (its journal)")
     parser.add_argument("--results", default=str(ROOT / "results"))
     args = parser.parse_args(argv)
     results = Path(args.results).resolve()
-    with tempfile.TemporaryDirectory() as tmp:
+    try:
+        load_summaries(results, superseded=True)  # every summary readable before anything moves
+        changed = finish(results)
+    except DamagedFile as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if changed:
+        print(f"an interrupted rekey finished: {changed} summaries list their runs' new hashes")
+    if args.finish:
+        return 0
+    if args.before is None:
+        parser.error("--before REV is required (or --finish)")
+    commit = _commit(args.before)
+    with terminate_as_exit(), tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before], check=True,
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit], check=True,
                        capture_output=True)
         try:
             return rekey(results, tree / "src", Path(tmp))
@@ -162,20 +237,20 @@ def rekey(results: Path, before: Path, tmp: Path) -> int:
             print(f"error: recomputing the samples under the {name} code failed", file=sys.stderr)
             return 1
     statuses = {name: json.loads((tmp / name / "statuses.json").read_text()) for name in outputs}
-    failed, renamed = 0, {}
+    failed, carried = 0, []
     for i, (group, runs) in enumerate(groups.items()):
         a, b = (pd.read_csv(tmp / name / f"{i}.csv.gz") for name in ("before", "now"))
         same = compare(a, b) == 0 and statuses["before"][i] == statuses["now"][i]
         committed = read_history(results / f"{Path(samples[i]['_file']).stem}.csv.gz", samples[i]["history"])
         label = " ".join(str(g) for g in group[:5] if g is not None)
         if same:
-            for meta in runs:
-                renamed[Path(meta["_file"]).stem] = carry(meta, results)
+            carried += runs
         failed += not same
         print(f"  {label:60s} {len(runs):5d} runs: {'carried' if same else 'NOT carried (numbers differ)'}"
               f"{'' if compare(committed, b) == 0 else ' (committed history from another platform)'}")
-    print(f"{len(groups) - failed} of {len(groups)} groups carried; "
-          f"{follow(summaries_dir(results), renamed)} summaries list their runs' new hashes")
+    renamed, changed = carry(results, carried)
+    print(f"{len(groups) - failed} of {len(groups)} groups carried ({len(renamed)} runs renamed); {changed} summaries "
+          "list their runs' new hashes")
     return 1 if failed else 0
 
 

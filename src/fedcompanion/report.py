@@ -23,6 +23,7 @@ from .claims import (  # noqa: F401  (a notebook's record cell imports them from
     anchor,
     escape_cell,
     load_summaries,
+    plain,
     read_summary,
     record,
     summaries_dir,
@@ -188,6 +189,7 @@ def _template(name: str):
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                                      undefined=jinja2.StrictUndefined, autoescape=False)
+    environment.filters.update(plain=plain, cell=escape_cell)  # a claim's own text: no markup, no table break
     return environment.get_template(name)
 
 

@@ -20,7 +20,6 @@ verdict summary) from those summaries. The smoke profile writes everything under
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import os
 import signal
@@ -225,39 +224,6 @@ def from_empty_cache(results: Path) -> bool:
     return not any(is_current(meta) for meta in _stored(results))
 
 
-@contextlib.contextmanager
-def shared_pool(scheduler: str | None, cpus: int):
-    """The Dask scheduler every notebook's sweeps submit to (its address, exported to the kernels as
-    ``FEDCOMPANION_SCHEDULER``), or ``None`` for each notebook's own pool: ``scheduler`` is an address, or
-    ``local`` for a cluster of ``cpus`` one-thread worker processes on 127.0.0.1, started here and stopped on exit."""
-    from .experiments.pool import SCHEDULER_VARIABLE
-
-    if not scheduler:
-        yield None
-        return
-    cluster = None
-    if scheduler == "local":
-        try:
-            from distributed import LocalCluster
-        except ImportError:
-            raise SystemExit("error: --scheduler local needs Dask's distributed: "
-                             "pip install 'fedcompanion[dask]'") from None
-        cluster = LocalCluster(n_workers=cpus, threads_per_worker=1, processes=True, host="127.0.0.1",
-                               dashboard_address=None)
-        scheduler = cluster.scheduler_address
-    saved = os.environ.get(SCHEDULER_VARIABLE)
-    os.environ[SCHEDULER_VARIABLE] = scheduler
-    try:
-        yield scheduler
-    finally:
-        if saved is None:
-            os.environ.pop(SCHEDULER_VARIABLE, None)
-        else:
-            os.environ[SCHEDULER_VARIABLE] = saved
-        if cluster is not None:
-            cluster.close()
-
-
 def _stop_children_and_exit(signum, frame) -> None:
     """SIGTERM, SIGHUP or SIGINT of a reproduction: its pool, kernels and their sweeps stop with it, at once (a
     kernel left running would finish its notebook and write a summary after the reproduction died)."""
@@ -351,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {stop: signal.signal(stop, _stop_children_and_exit)
                 for stop in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
+        from .experiments.pool import shared_pool
+
         with shared_pool(args.scheduler, cpus) as address:
             if address:
                 print(f"every notebook's runs go to the Dask scheduler at {address}", flush=True)

@@ -23,6 +23,10 @@ class ConfigError(ValueError):
     """A parameter is outside its allowed range or of the wrong type."""
 
 
+# The largest seed: a signed 64-bit integer, which every generator a run seeds (torch's, numpy's) accepts.
+MAX_SEED = 2**63 - 1
+
+
 def check_number(name: str, value, *, low=None, high=None, low_open=False, integer=False):
     """Return ``value`` if it is a (real or integer) number within [low, high]; else raise.
 

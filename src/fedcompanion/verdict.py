@@ -105,6 +105,10 @@ class Evidence:
                              f"non-inferiority margin >= 0 in the metric's units, got margin={self.margin!r}")
         if self.holds_if == "better" and self.margin is not None:
             raise ValueError(f"evidence {self.question!r}: a margin belongs to a not-worse item only")
+        if self.deterministic and (self.kind != "against" or len(self.values) != 1):
+            raise ValueError(f"deterministic evidence {self.question!r} is one exact value against a reference, got "
+                             f"{len(self.values)} {self.kind} value(s): several values are seeds or repeats, judged "
+                             "over all of them (deterministic=False)")
         if not 0 < self.share <= 1:
             raise ValueError(f"evidence {self.question!r}: share must be in (0, 1], got {self.share!r}")
 

@@ -38,6 +38,7 @@ import pandas as pd
 from .atomic import DamagedFile, read_json
 from .experiments import CacheMiss, ExperimentConfig, load_result, read_history, sweep
 from .machine import numerical_platform
+from .processes import terminate_as_exit
 from .validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.subset!r} for this code: run `make reproduce` and commit results/", file=sys.stderr)
         return 1
     failures, reported = 0, set()
-    with tempfile.TemporaryDirectory() as tmp:
+    with terminate_as_exit(), tempfile.TemporaryDirectory() as tmp:
         for meta in chosen:
             config = _config(meta)
             name = f"{config.label or config.algorithm:40s} {config.algorithm:10s} seed {config.seed}"

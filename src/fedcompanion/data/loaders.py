@@ -7,6 +7,8 @@ uses it (:func:`dataset_digest`), so changed arrays are recomputed, never served
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -183,7 +185,46 @@ def register_dataset(name: str, loader: Callable | None = None, *, train: ArrayD
     LOADERS.register(name, loader if loader is not None else Arrays(train, test), user=True)
 
 
-_DIGESTS: dict[int, tuple[Callable, str]] = {}
+def detached(data):
+    """``data`` (a tensor, a dataclass of tensors ``x`` and ``y`` such as :class:`ArrayDataset`, or None) with no
+    tensor that requires grad: features computed with autograd on are data here, not a graph to carry into every
+    engine (whose kernels would fail on them)."""
+    if isinstance(data, torch.Tensor):
+        return data.detach() if data.requires_grad else data
+    grads = data is not None and (data.x.requires_grad or data.y.requires_grad)
+    return dataclasses.replace(data, x=data.x.detach(), y=data.y.detach()) if grads else data
+
+
+_DIGESTS: dict[tuple, tuple[object, str]] = {}
+_HOLDING = [0]  # how many hold_digests() are open
+
+
+@contextlib.contextmanager
+def hold_digests():
+    """Inside, each digest of a user's data (:func:`held_digest`) is computed once: a sweep keys hundreds of configs
+    over the same arrays. Outside, every key reads the data again, so data that changed in this process (a notebook
+    cell run again, an array edited in place) are never keyed by their old digest. The outermost block starts and
+    ends with nothing held."""
+    if not _HOLDING[0]:
+        _DIGESTS.clear()
+    _HOLDING[0] += 1
+    try:
+        yield
+    finally:
+        _HOLDING[0] -= 1
+        if not _HOLDING[0]:
+            _DIGESTS.clear()
+
+
+def held_digest(owner, key, compute: Callable[[], str]) -> str:
+    """``compute()``: the digest of the data ``owner`` (a loader, a task builder) gives for ``key``; computed once
+    per (owner, key) inside :func:`hold_digests`, every time outside it."""
+    if not _HOLDING[0]:
+        return compute()
+    cached = _DIGESTS.get((id(owner), key))
+    if cached is None or cached[0] is not owner:  # (the owner is kept, so its id names no other object)
+        _DIGESTS[(id(owner), key)] = (owner, compute())
+    return _DIGESTS[(id(owner), key)][1]
 
 
 def hash_tensors(digest, *tensors: torch.Tensor | None) -> None:
@@ -198,24 +239,19 @@ def hash_tensors(digest, *tensors: torch.Tensor | None) -> None:
 
 
 def dataset_digest(name: str) -> str:
-    """SHA-256 (16 hex digits) of what a user dataset's loader returns (shapes, dtypes, bytes, class counts);
-    computed once per registration until :func:`forget_dataset_digests` (every sweep starts with it). A shipped
-    dataset is pinned by the checksums of its files instead (``ExperimentConfig.data_files``)."""
+    """SHA-256 (16 hex digits) of what a user dataset's loader returns (shapes, dtypes, bytes, class counts), read
+    now (once per :func:`hold_digests` block). A shipped dataset is pinned by the checksums of its files instead
+    (``ExperimentConfig.data_files``)."""
     loader = LOADERS.lookup(name)
-    cached = _DIGESTS.get(id(loader))
-    if cached is not None and cached[0] is loader:
-        return cached[1]
-    digest = hashlib.sha256()
-    for part in loader():
-        digest.update(b"none" if part is None else str(part.num_classes).encode())
-        hash_tensors(digest, *((None, None) if part is None else (part.x, part.y)))
-    _DIGESTS[id(loader)] = (loader, digest.hexdigest()[:16])
-    return _DIGESTS[id(loader)][1]
 
+    def compute() -> str:
+        digest = hashlib.sha256()
+        for part in loader():
+            digest.update(b"none" if part is None else str(part.num_classes).encode())
+            hash_tensors(digest, *((None, None) if part is None else (part.x, part.y)))
+        return digest.hexdigest()[:16]
 
-def forget_dataset_digests() -> None:
-    """Forget every user dataset's digest (the next :func:`dataset_digest` reads the loader again)."""
-    _DIGESTS.clear()
+    return held_digest(loader, None, compute)
 
 
 def transportable(name: str, loader: Callable) -> Callable:

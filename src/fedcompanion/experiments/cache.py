@@ -51,12 +51,14 @@ def _history_bytes(history: pd.DataFrame) -> bytes:
     return gzip.compress(text, compresslevel=6, mtime=0)  # mtime 0: the same history gives the same bytes
 
 
-def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path, key: dict | None = None) -> None:
+def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path, key: dict | None = None,
+          platform: dict | None = None) -> None:
     """Write a run's files (history, optional model, then the JSON that vouches for them). Only a whole run is
     stored: ``ok``, ``converged`` (the ADMM family met its stopping tolerance) or ``diverged``; a ``partial``
     one (a Flower run that lost clients) would be served later as the config's full run, so it is refused.
     ``key``: the config's key as the process that asked for the run computed it (a sweep's parent: a worker
-    cannot always compute it, e.g. for an algorithm defined in the parent's ``__main__``)."""
+    cannot always compute it, e.g. for an algorithm defined in the parent's ``__main__``). ``platform``: the
+    numerical platform of the process that computed the run (a worker's; default: this process's)."""
     if result.status not in ("ok", "converged", "diverged"):
         raise ValueError(f"a run with status {result.status!r} is not what its config describes: not stored")
     folder = Path(results_dir)
@@ -75,7 +77,7 @@ def store(config: ExperimentConfig, result: RunResult, results_dir: str | Path, 
     meta = {"config": key, "label": config.label, "status": result.status,
             "diverged_round": result.diverged_round, "wall_time": result.wall_time, "timing": timing,
             "history": {"sha256": _sha256(history), "rows": len(result.history)}, "params": params,
-            "threads": RUN_THREADS, "platform": numerical_platform()}
+            "threads": RUN_THREADS, "platform": platform or numerical_platform()}
     meta["record"] = record_digest(meta)
     write_atomic(folder / f"{h}.json", json.dumps(meta, indent=1).encode())
 
@@ -89,6 +91,8 @@ def read_history(path: Path, expected: dict) -> pd.DataFrame:
     row count); raises :class:`CacheMiss` naming the file otherwise."""
     if not path.exists():
         raise CacheMiss(f"{path} is missing")
+    if not path.is_file():  # a FIFO would block the read: a stored history is a plain file
+        raise CacheMiss(f"{path} is not a regular file")
     data = path.read_bytes()
     if _sha256(data) != expected.get("sha256"):
         raise CacheMiss(f"{path} does not match its recorded digest (truncated or edited?)")

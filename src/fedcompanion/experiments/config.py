@@ -18,7 +18,7 @@ from typing import Any
 
 from ..algorithms.base import REGISTRY, is_engine_class, make
 from ..data.files import checksums
-from ..data.loaders import LOADERS, dataset_digest, forget_dataset_digests
+from ..data.loaders import LOADERS, dataset_digest, held_digest
 from ..data.partition import PARTITIONS, partition_parameters
 from ..engine import ENGINES, LocalWork
 from ..engine.sampling import SAMPLINGS
@@ -26,7 +26,7 @@ from ..fingerprint import fingerprint
 from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
 from ..tasks import TASKS, is_partitioned, task_digest
-from ..validation import ConfigError, check_choice, check_device, check_number
+from ..validation import MAX_SEED, ConfigError, check_choice, check_device, check_number
 
 DRIVER = f"{__name__.rpartition('.')[0]}.runner"  # the module that runs a config: every run executes it
 ENGINE_ONLY = ("clients_per_round", "lr", "local", "sampling", "engine")
@@ -185,7 +185,7 @@ class ExperimentConfig:
         make(self.algorithm, **self.hyperparameters)
         check_number("rounds", self.rounds, low=1, integer=True)
         check_number("eval_every", self.eval_every, low=1, integer=True)
-        check_number("seed", self.seed, low=0, integer=True)
+        check_number("seed", self.seed, low=0, high=MAX_SEED, integer=True)
         if self.divergence_factor is not None:
             check_number("divergence_factor", self.divergence_factor, low=1.0)
         for name in ("per_client_metrics", "save_params", "eval_train"):
@@ -249,23 +249,11 @@ def _leaves(value) -> list:
     return [value]
 
 
-_USER_TASK_DIGESTS: dict = {}
-
-
 def _user_task_digest(name: str, args_json: str, seed: int, builder) -> str:
-    """The digest of a registered user task, built once per (builder, arguments, seed) in this process."""
-    key = (name, args_json, seed, id(builder))
-    cached = _USER_TASK_DIGESTS.get(key)
-    if cached is None or cached[0] is not builder:
-        _USER_TASK_DIGESTS[key] = (builder, task_digest(builder(seed=seed, **json.loads(args_json))))
-    return _USER_TASK_DIGESTS[key][1]
-
-
-def forget_user_digests() -> None:
-    """Forget the digests of users' data: the next key recomputes them from what the builders and loaders return
-    now (a sweep starts with this, so a notebook that re-ran its data cell is never served the old data's runs)."""
-    _USER_TASK_DIGESTS.clear()
-    forget_dataset_digests()
+    """The digest of a registered user task's content, as its builder makes it now (once per
+    :func:`~fedcompanion.data.loaders.hold_digests` block)."""
+    return held_digest(builder, (name, args_json, seed),
+                       lambda: task_digest(builder(seed=seed, **json.loads(args_json))))
 
 
 def config_columns(config: ExperimentConfig) -> dict[str, Any]:

@@ -9,21 +9,23 @@ the notebook runs in the pool; they compute and hand the result back, and only t
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import warnings
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import CancelledError, Executor, as_completed
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from ..atomic import clean_torn
-from ..data.loaders import transportable
+from ..data.loaders import hold_digests, transportable
+from ..fingerprint import package_digest
 from ..registry import user_entries
 from ..validation import ConfigError, check_choice, check_number
 from .cache import is_cached, load_result, store
-from .config import ExperimentConfig, config_columns, forget_user_digests
+from .config import ExperimentConfig, config_columns
 from .pool import compute, executor_for, scheduler_address
 
 
@@ -64,27 +66,33 @@ def sweep(
     if jobs is not None:
         check_number("jobs", jobs, low=1, integer=True)
     check_choice("on_failure", on_failure, ("raise", "warn"))
-    forget_user_digests()  # a user's data is read as it is now
-    configs = [c.validate() for c in configs]
-    folder = Path(results_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    try:  # find out now, not after every run has been computed
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as error:
-        raise ConfigError(f"results_dir {str(folder)!r} is not writable ({error.strerror})") from None
-    for torn in clean_torn(folder):
-        warnings.warn(f"removed {torn}, left by an interrupted write", stacklevel=2)
+    with hold_digests():  # a user's data is read as it is now, once for the whole sweep
+        return _sweep([c.validate() for c in configs], Path(results_dir), jobs, refresh, progress, on_failure,
+                      executor)
+
+
+def _sweep(configs: list[ExperimentConfig], folder: Path, jobs: int | None, refresh: bool, progress: bool,
+           on_failure: str, executor: Executor | None) -> pd.DataFrame:
+    """The work of :func:`sweep` on validated configs."""
     todo = by_task(list({c.hash(): c for c in configs if refresh or not is_cached(c, folder)}.values()))
+    if todo:  # a folder that will be written (a fully cached sweep only reads: a read-only folder serves it)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:  # find out now, not after every run has been computed
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as error:
+            raise ConfigError(f"results_dir {str(folder)!r} is not writable ({error.strerror})") from None
+        for torn in clean_torn(folder):
+            warnings.warn(f"removed {torn}, left by an interrupted write", stacklevel=2)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
     errors: dict[str, str] = {}
     bar = tqdm(total=len(configs), desc="runs", disable=not progress)
     bar.update(len(configs) - len(todo))
 
-    def finished(config: ExperimentConfig, key: dict, result, error: str | None) -> None:
+    def finished(config: ExperimentConfig, key: dict, result, error: str | None, platform: dict) -> None:
         if error:
             errors[config.hash()] = error
         else:
-            store(config, result, folder, key=key)
+            store(config, result, folder, key=key, platform=platform)  # the platform of the worker that computed it
         bar.update()
 
     keyed = [(c, c.key()) for c in todo]
@@ -102,9 +110,15 @@ def sweep(
             finished(c, key, *compute(c, key))
     else:
         with executor_for(jobs, entries, executor) as pool:
-            futures = {pool.submit(compute, c, key, entries): (c, key) for c, key in keyed}
+            futures = {pool.submit(compute, c, key, entries, package_digest()): (c, key) for c, key in keyed}
             for future in as_completed(futures):
-                finished(*futures[future], *future.result())
+                try:
+                    outcome = future.result()
+                except (CancelledError, asyncio.CancelledError):  # a Dask scheduler that went away
+                    raise RuntimeError(f"the sweep's runs were cancelled by the executor (the Dask scheduler stopped "
+                                       f"or lost its workers?): {bar.n - len(errors)} of {len(configs)} runs are "
+                                       "stored; run the sweep again to compute the rest") from None
+                finished(*futures[future], *outcome)
     bar.close()
     frames, runs = [], []
     for c in configs:

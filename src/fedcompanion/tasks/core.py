@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ..data.loaders import ArrayDataset, hash_tensors
+from ..data.loaders import ArrayDataset, detached, hash_tensors
 from ..losses import SATURATING_SQUARE, Loss, get_loss
 from ..models import check_model, check_repeatable
 from ..validation import ConfigError, check_choice, check_device, check_number
@@ -92,6 +92,8 @@ class Task:
     def __post_init__(self):
         set_ = functools.partial(object.__setattr__, self)  # (frozen: the constructor's own normalisation only)
         set_("loss", get_loss(self.loss) if isinstance(self.loss, str) else self.loss)
+        for name in ("x_all", "y_all", "labels", "test", "client_test"):  # data, not a graph: detached
+            set_(name, detached(getattr(self, name)))
         check_model(self.model, f"task {self.name!r}")  # before the cast, which would drop an imaginary part
         set_("model", self.model.to(self.dtype))
         set_("_shapes", [(n, p.shape, p.numel()) for n, p in self.model.named_parameters()])
@@ -374,8 +376,7 @@ def from_client_arrays(
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     x_all, y_all, offsets = _stack_clients(clients, loss_obj, dtype, f"task {name!r}")
-    sizes = offsets[1:] - offsets[:-1]
-    n = len(sizes)
+    sizes, n = offsets[1:] - offsets[:-1], len(offsets) - 1
     w = sizes.double() / sizes.sum() if weights == "size" else torch.ones(n, dtype=torch.float64) / n
     if test is not None:
         test = ArrayDataset(test.x.to(dtype), test.y.to(loss_obj.target_dtype(dtype)), test.num_classes)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fedcompanion.decision import decide, explain, words
+from fedcompanion.decision import decide, explain, holm, notes, words
 from fedcompanion.report import Claim, load_summaries
 from fedcompanion.verdict import MIN_SEEDS, against, identity, paired, untestable
 
@@ -104,10 +104,12 @@ def test_holm_adjusts_the_items_of_a_claim_together():
     ps = [e.stats()["p"] for e in (strong, weak, weaker)]
     assert ps[0] <= 0.05 / 3 and 0.05 / 2 < ps[1] < ps[2] < 0.05, ps
     assert [e.word() for e in (strong, weak, weaker)] == ["reproduces"] * 3
-    assert words([strong, weak, weaker]) == ["reproduces", "tie", "tie"]
+    assert words([strong, weak, weaker]) == ["reproduces", "inconclusive", "inconclusive"]
     assert decide([strong, weak, weaker]) == "partly"
-    assert explain([strong, weak, weaker]).startswith("1 of 3 items hold; ")
-    assert "(a tie after Holm's adjustment)" in explain([strong, weak, weaker])
+    assert explain([strong, weak, weaker]).startswith("1 of 3 items hold, 2 inconclusive; ")
+    adjusted = notes([strong, weak, weaker])  # the adjusted p beside the raw one, where it changed the word
+    assert adjusted[0] == "" and all("Holm-adjusted p = " in n and "above 0.05" in n for n in adjusted[1:])
+    assert holm([strong, weak, weaker]) == pytest.approx([3 * ps[0], 2 * ps[1], max(2 * ps[1], ps[2])])
     assert decide([strong, weak]) == "reproduces"  # 0.044 <= 0.05 / 1 at the second step
 
 
@@ -116,9 +118,11 @@ def test_claim_level_combination_names_the_settings():
     down = paired("B", "x vs y", "m", "higher", [0, 0, 0, 0, 0.1], [1, 1, 1, 1, 1], range(5))
     tie = paired("C", "x vs y", "m", "higher", [1, 2, 0, 1, 1], [1, 1, 1, 1, 1], range(5))
     assert decide([up, up]) == "reproduces" and decide([up], reconstruction=True) == "holds (our reconstruction)"
-    assert decide([up, down]) == "partly" and decide([down, tie]) == "does not reproduce" and decide([tie]) == "tie"
-    assert explain([up, down, tie]) == "1 of 3 items hold; holds: A: x vs y; tie: C: x vs y; reversed: B: x vs y"
-    assert explain([up, up]) == "all 2 items hold" and explain([tie]) == "the item is a tie"
+    assert decide([up, down]) == "mixed" and decide([up, tie]) == "partly"  # a reversal is never "partly"
+    assert decide([down, tie]) == "does not reproduce" and decide([tie]) == "inconclusive"
+    assert explain([up, down, tie]) == ("1 of 3 items hold, 1 reversed, 1 inconclusive; holds: A: x vs y; "
+                                        "reversed: B: x vs y; inconclusive: C: x vs y")
+    assert explain([up, up]) == "2 of 2 items hold; holds: A: x vs y, A: x vs y"
 
 
 def test_a_claim_needs_evidence_and_its_word_is_not_stored():

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
-from .decision import control_outcomes, decide, explain, words
+from .decision import control_outcomes, counts, decide, explain, fragility, notes, split, words
+from .papers import declared
 from .verdict import Evidence, from_dict
 
 PAPERS = {
@@ -62,31 +63,67 @@ class Claim:
             raise ValueError(f"claim {self.id!r} has no evidence: the verdict rule needs at least one item")
 
     @property
+    def declared(self):
+        """What the package declares about this claim (:mod:`fedcompanion.papers`: its kind, its place in the paper,
+        the paper's own settings), or ``None``."""
+        return declared(self.id)
+
+    def _own(self):
+        d = self.declared
+        return d.is_own if d is not None and d.own else None
+
+    @property
     def verdict(self) -> str:
-        """The word, from the evidence by :func:`fedcompanion.decision.decide`."""
-        return decide(self.evidence, self.reconstruction, self.controls)
+        """The word, from the evidence by :func:`fedcompanion.decision.decide` (from the paper's own settings where
+        they are declared)."""
+        return decide(self.evidence, self.reconstruction, self.controls, self._own())
 
     def explain(self) -> str:
         """Where it holds and where not, and its controls (:func:`fedcompanion.decision.explain`)."""
-        return explain(self.evidence, self.controls)
+        return explain(self.evidence, self.controls, self._own())
 
     def items(self) -> list[tuple[str, Evidence]]:
         """Each item with its word within the claim (Holm-adjusted, :func:`fedcompanion.decision.words`), in short:
-        ``holds``, ``tie``, ``reversed`` or ``not testable``."""
-        short = {"reproduces": "holds", "tie": "tie", "not testable here": "not testable"}
-        return [(short.get(w, "reversed"), e) for w, e in zip(words(self.evidence), self.evidence)]
+        ``holds``, ``reversed``, ``equivalent``, ``inconclusive`` or ``not testable``; an item of one of our settings
+        (where the paper's own are declared) says so."""
+        short = {"reproduces": "holds", "does not reproduce": "reversed", "not testable here": "not testable"}
+        ours = split(self.evidence, self._own())[1]
+        return [(short.get(w, w) + (" (our setting)" if i in ours else ""), e)
+                for i, (w, e) in enumerate(zip(words(self.evidence), self.evidence))]
+
+    def item_notes(self) -> list[str]:
+        """What each item's word rests on beyond its own line (:func:`fedcompanion.decision.notes`)."""
+        return notes(self.evidence)
 
     def checked_controls(self) -> list[tuple[str, Evidence]]:
         """Each control with its outcome (:func:`fedcompanion.decision.control_outcomes`): ``rejected``, or e.g.
-        ``tie, not rejected``."""
+        ``inconclusive, not rejected``."""
         return control_outcomes(self.controls)
 
     def held(self) -> str:
-        """``k of n items hold`` (n: the testable items)."""
-        items = self.items()
-        testable = [w for w, _ in items if w != "not testable"]
-        n = len(testable)
-        return f"{testable.count('holds')} of {n} item{'s hold' if n != 1 else ' holds'}"
+        """``k of n items hold, j reversed, ...`` over the items that decide the word (the paper's own settings,
+        where declared)."""
+        said = words(self.evidence)
+        return counts([said[i] for i in split(self.evidence, self._own())[0]])
+
+    def reversed_items(self) -> int:
+        """How many items, of every setting, are significantly reversed."""
+        return words(self.evidence).count("does not reproduce")
+
+    def fragility(self) -> str:
+        """How sure: the fewest evaluation seeds whose removal would change the word
+        (:func:`fedcompanion.decision.fragility`), in words; empty for a claim with no seeded item."""
+        seeded = [e for e in self.evidence if e.kind in ("paired", "against") and not e.deterministic]
+        if not seeded:
+            return ""
+        if "_fragile" not in self.__dict__:  # (a search over seed subsets: once per claim read)
+            self._fragile = fragility(self.evidence, self.reconstruction, self.controls, self._own())
+        found = self._fragile
+        if found is None:
+            return "no set of seeds changes the word when left out (up to 3, keeping at least 3)"
+        k, seeds = found
+        return (f"leaving out {'seed' if k == 1 else 'seeds'} {', '.join(map(str, seeds))} changes the word "
+                f"(fragility {k})")
 
 
 @dataclass
@@ -130,7 +167,9 @@ class Recorded:
         out += [f"| {escape_cell(c.claim)} (`{c.id}`, [report]({report}#{anchor(c.id)})) | **{c.verdict}** "
                 f"| {c.held()} |" for c in self.summary.claims]
         for c in self.summary.claims:
-            out += ["", f"`{c.id}`:"] + [f"* {w}: {escape_cell(e.describe())}" for w, e in c.items()]
+            out += ["", f"`{c.id}`" + (f" ({c.fragility()})" if c.fragility() else "") + ":"]
+            out += [f"* {w}: {escape_cell(e.describe())}" + (f" ({escape_cell(n)})" if n else "")
+                    for (w, e), n in zip(c.items(), c.item_notes())]
             out += [f"* control, which the test must reject ({w}): {escape_cell(e.describe())}"
                     for w, e in c.checked_controls()]
         return "\n".join(out)

@@ -34,17 +34,19 @@ def forest_rows(summaries, papers) -> list[dict]:
 FOREST = "verdicts_forest"
 CHART = "verdicts_by_claim"
 # what the words mean, in colours that say it (Okabe & Ito's palette, as every figure here): green holds, vermillion
-# is reversed, grey is a tie, white (outlined) is not testable
-WORD_COLOURS = {"holds": "#009E73", "tie": "#7F7F7F", "reversed": "#D55E00", "not testable": "#FFFFFF"}
-ITEM_WORDS = {"reproduces": "holds", "tie": "tie", "does not reproduce": "reversed",
-              "not testable here": "not testable"}
+# is reversed, sky blue is equivalent (inside the margin of practical relevance), grey is inconclusive, white
+# (outlined) is not testable
+WORD_COLOURS = {"holds": "#009E73", "reversed": "#D55E00", "equivalent": "#56B4E9", "inconclusive": "#7F7F7F",
+                "not testable": "#FFFFFF"}
+ITEM_WORDS = {"reproduces": "holds", "does not reproduce": "reversed", "equivalent": "equivalent",
+              "inconclusive": "inconclusive", "not testable here": "not testable"}
 
 
 # a claim's control (its test applied to a method or setting the claim excludes): rejected, as it must be; not
 # rejected (the claim is then "not testable here"); or none declared
 CONTROL_MARKS = {"rejected": dict(marker="$\\checkmark$", color=WORD_COLOURS["holds"]),
                  "passed": dict(marker="$!$", color=WORD_COLOURS["reversed"]),
-                 "none": dict(marker="$-$", color=WORD_COLOURS["tie"])}
+                 "none": dict(marker="$-$", color=WORD_COLOURS["inconclusive"])}
 
 
 def control_state(claim) -> str:
@@ -90,10 +92,11 @@ def verdict_chart(summaries, papers):
     fig, ax = plt.subplots(figsize=(13, 0.3 * len(rows) + 1.4), layout="constrained")
     for i, (_, c) in enumerate(rows):
         y = len(rows) - 1 - i
-        for j, (e, w) in enumerate(zip(c.evidence, words(c.evidence))):
+        for j, ((short, _), e, w) in enumerate(zip(c.items(), c.evidence, words(c.evidence))):
             word = ITEM_WORDS.get(w, "reversed")
+            ours = short.endswith("(our setting)")  # the word comes from the paper's own settings: ours are hatched
             ax.add_patch(Rectangle((j + 0.1, y - 0.35), 0.8, 0.7, facecolor=WORD_COLOURS[word], edgecolor="#444444",
-                                   lw=0.5))
+                                   lw=0.5, hatch="////" if ours else None, alpha=0.55 if ours else 1.0))
             if e.kind in ("paired", "against") and any(e.diverged.values()):
                 ax.plot(j + 0.5, y, "x", color="k", ms=5, mew=1.2)
         ax.plot(width + 0.6, y, ls="", ms=7, **CONTROL_MARKS[control_state(c)])
@@ -109,6 +112,8 @@ def verdict_chart(summaries, papers):
         ax.spines[side].set_visible(False)
     handles = [Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="#444444", label=f"item {w}")
                for w, c in WORD_COLOURS.items()]
+    handles.append(Rectangle((0, 0), 1, 1, facecolor="#FFFFFF", edgecolor="#444444", hatch="////",
+                             label="our setting (the paper's own decides)"))
     handles.append(plt.Line2D([], [], marker="x", ls="", color="k", label="a run diverged"))
     handles += [plt.Line2D([], [], ls="", ms=7, label=label, **CONTROL_MARKS[state])
                 for state, label in (("rejected", "its control rejected"), ("passed", "its control not rejected"),
@@ -133,7 +138,8 @@ def forest_figure(summaries, papers):
     if not rows:
         return None
     style()
-    colours = {w: WORD_COLOURS[ITEM_WORDS[w]] for w in ("reproduces", "tie", "does not reproduce")}
+    colours = {w: WORD_COLOURS[ITEM_WORDS[w]] for w in ("reproduces", "does not reproduce", "equivalent",
+                                                         "inconclusive")}
     limit = 2.0  # relative effects beyond +-200% are drawn at the edge, with an arrow
     fig, ax = plt.subplots(figsize=(12, 0.26 * len(rows) + 1.6))
     for i, r in enumerate(rows):
@@ -150,6 +156,6 @@ def forest_figure(summaries, papers):
     ax.set_xticks(ticks, [f"{t:+.0%}" if t else "0" for t in ticks])
     ax.set(xlabel="effect in the claimed direction, relative to the baseline's mean (95% t interval; > 0: as "
                   "claimed)", title="Every seeded comparison behind a verdict")
-    handles = [plt.Line2D([], [], color=c, lw=2, label=w) for w, c in colours.items()]
+    handles = [plt.Line2D([], [], color=c, lw=2, label=f"item {ITEM_WORDS[w]}") for w, c in colours.items()]
     ax.legend(handles=handles, loc="lower right", fontsize=8)
     return fig

@@ -33,7 +33,7 @@ from .decision import explain
 from .forest import CHART, FOREST, write_verdict_figures
 from .timings import read_timings
 from .validation import ConfigError
-from .verdict import VERDICTS
+from .verdict import MIN_SEEDS, VERDICTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,17 +58,37 @@ def tally(claims) -> dict[str, int]:
     return {v: n for v, n in counts.items() if n}
 
 
+GROUPS = (("performance", "the papers' comparative performance claims (and our extensions of them)"),
+          ("facts", "identities, theorems and structural facts"))
+
+
+def group_of(claim: Claim) -> str:
+    """``performance`` or ``facts`` (identities, theorems, mechanisms), as :mod:`fedcompanion.papers` declares
+    the claim's kind (an undeclared claim counts as performance: it is never mistaken for a proof)."""
+    d = claim.declared
+    return "facts" if d is not None and d.kind != "performance" else "performance"
+
+
 def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str:
-    """README's summary: per paper, how many claims got each word (REPRODUCTION.md has every claim with its effect,
-    interval and n), and the wall time of the reproduction that computed them, where one was recorded."""
-    words = list(tally([c for s in summaries for c in s.claims]))
-    rows = ["| paper | claims | " + " | ".join(words) + " |", "|---" * (len(words) + 2) + "|"]
-    for paper in [*PAPERS, None]:
-        claims = [c for s in summaries for c in s.claims if paper is None or c.paper == paper]
-        if claims:
-            counts = tally(claims)
-            rows.append(f"| {paper or '**all**'} | {len(claims)} | "
-                        + " | ".join(str(counts.get(v, "")) for v in words) + " |")
+    """README's summary: the papers' comparative performance claims apart from identities, theorems and
+    structural facts, per paper: how many claims got each word, and how many hold an item that is significantly
+    reversed (in any setting); then the wall time of the reproduction that computed them, where one was recorded."""
+    every = [c for s in summaries for c in s.claims]
+    words = list(tally(every))
+    rows = ["| claims | paper | n | " + " | ".join(words) + " | with a reversed item |",
+            "|---" * (len(words) + 4) + "|"]
+    for group, title in GROUPS:
+        for paper in [*PAPERS, None]:
+            claims = [c for c in every if group_of(c) == group and (paper is None or c.paper == paper)]
+            if claims:
+                counts = tally(claims)
+                rows.append(f"| {title} | {paper or '**all**'} | {len(claims)} | "
+                            + " | ".join(str(counts.get(v, "")) for v in words)
+                            + f" | {sum(c.reversed_items() > 0 for c in claims) or ''} |")
+                title = ""
+    counts = tally(every)
+    rows.append(f"| every claim | **all** | {len(every)} | " + " | ".join(str(counts.get(v, "")) for v in words)
+                + f" | {sum(c.reversed_items() > 0 for c in every) or ''} |")
     elapsed = (timings or {}).get("elapsed")
     if elapsed is not None:
         pool = {None: "", "local": " with `--scheduler local` (one Dask cluster of the machine's cores for every "
@@ -142,6 +162,7 @@ def render(results_dir: str | Path = "results") -> str:
     text = _template("reproduction.md.j2").render(
         profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"), forest=FOREST,
         chart=CHART, papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain,
+        min_seeds=MIN_SEEDS, zip=zip,
         anchor=anchor,
         claims_by_paper=[(paper, claims) for paper, claims in by_paper if claims], tuned=tuned, arena=arena,
         diverged=diverged, now=now,

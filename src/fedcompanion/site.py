@@ -129,7 +129,8 @@ def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[s
         raise NoSummaries(f"no notebook summaries in {results}: run `make reproduce` first")
     parts = ["## The verdicts", "",
              "Every claim of the three papers, one row each: its items, each a square coloured by its word (green "
-             "holds, grey a tie, vermillion reversed), a check where its control (its test applied to a wrong "
+             "holds, vermillion reversed, blue equivalent within the margin of practical relevance, grey "
+             "inconclusive), a check where its control (its test applied to a wrong "
              "method or setting) was rejected, as it must be, and the claim's verdict. Each word comes from the rule "
              "in `fedcompanion.verdict` and `fedcompanion.decision`; the [reproduction report](REPRODUCTION.md) has "
              "every effect with its interval, in the metric's units.", "",

@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-VERDICTS = ("reproduces", "partly", "tie", "does not reproduce", "not testable here", "holds (our reconstruction)")
+VERDICTS = ("reproduces", "holds (our reconstruction)", "partly", "mixed", "equivalent", "inconclusive",
+            "does not reproduce", "not testable here")  # a claim's words (fedcompanion.decision)
 LEVEL = 0.95
 MIN_SEEDS = 5  # evaluation seeds a comparative claim needs at the paper profile
 

@@ -1,0 +1,22 @@
+"""AdaFedAdam (Ju et al., IEEE TMLCN 2024): each claim's kind and place in the paper (:mod:`fedcompanion.papers`;
+the extract we hold numbers no section or figure, so places are named by their subject). Setting A is the authors'
+(5 clients, Dirichlet(0.05), full participation, 200 rounds: their code); setting B (100 clients) is ours. Where a
+claim was tested in both, its word comes from setting A."""
+
+_AUTHORS = ("A",)  # the setting named "A (...)": the authors' own experiment
+
+CLAIMS = {
+    "adafedadam.dmop.proportional": ("identity", "the DMOP formulation: its gradient is proportional to (2)'s"),
+    "adafedadam.dmop.scale": ("mechanism", "alpha-fair FL: the gradient's decreasing scale"),
+    "adafedadam.theorem1": ("theorem", "Theorem 1 (N-AccAdam)"),
+    "adafedadam.faster": ("performance", "introduction and experiments: faster than FedAvg and FedAdam", _AUTHORS),
+    "adafedadam.fair_baselines": ("performance", "introduction: equivalent fairness, improved convergence",
+                                  _AUTHORS),
+    "adafedadam.fednova": ("performance", "FedNova's normalisation and the experiments", _AUTHORS),
+    "adafedadam.robust": ("performance", "introduction: little fine-tuning of the server optimiser"),
+    "adafedadam.alpha_front": ("performance", "alpha-fair FL: larger alpha, more uniform performance", _AUTHORS),
+    "adafedadam.fednova_smoothness": ("mechanism", "FedNova's normalisation over-weights small L-constants"),
+    "adafedadam.minimax_limit": ("theorem", "alpha-fair FL: the minimax limit"),
+    "adafedadam.theorem2": ("theorem", "Theorem 2 (convex objectives)"),
+    "adafedadam.ablation": ("performance", "AdaFedAdam's three improvements over FedAdam (the ablation is ours)"),
+}

@@ -1,0 +1,110 @@
+"""The words a reader cannot misread (issue 57), each case on hand-made evidence and each failing on the old rule:
+a reversal is never hidden in "partly"; a tie says whether it is "equivalent" (inside the margin of practical
+relevance) or "inconclusive" (with the smallest effect its seeds detect); the paper's own setting decides; a claim
+states how many seeds its word hangs on; the headline counts reversals and keeps performance apart from theorems."""
+from pathlib import Path
+
+import pytest
+
+from fedcompanion import decision
+from fedcompanion.claims import Claim, Summary, load_summaries
+from fedcompanion.decision import decide, detectable, equivalent, explain, fragility, words
+from fedcompanion.papers import DECLARED, KINDS, MARGINS
+from fedcompanion.report import group_of, render, verdict_counts
+from fedcompanion.verdict import paired
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+SEEDS = range(5)
+
+
+def item(setting, d, metric="test_accuracy", seeds=SEEDS):
+    """Per-seed differences ``d`` (method - baseline, higher is better) as a paired item."""
+    return paired(setting, "method vs baseline", metric, "higher", [0.8 + x for x in d], [0.8] * len(d), seeds)
+
+
+UP = item("A (ours too)", [0.05, 0.06, 0.05, 0.07, 0.06])
+DOWN = item("B", [-0.05, -0.06, -0.05, -0.07, -0.06])
+SAME = item("C", [0.001, -0.001, 0.002, 0.0, -0.002])      # inside +-0.01 (one accuracy point): equivalent
+NOISY = item("D", [0.05, -0.06, 0.02, -0.03, 0.04])       # interval far wider than the margin: inconclusive
+
+
+def test_a_reversed_item_makes_a_claim_mixed_never_partly():
+    assert decide([UP, DOWN]) == "mixed"  # the old rule: "partly"
+    assert decide([UP, NOISY]) == "partly" and decide([UP, SAME]) == "partly"
+
+
+def test_a_tie_says_equivalent_or_inconclusive_with_its_margin_and_detectable_effect():
+    assert words([SAME, NOISY]) == ["equivalent", "inconclusive"]  # the old rule: "tie" for both
+    assert equivalent(SAME) and not equivalent(NOISY)
+    assert decide([SAME]) == "equivalent" and decide([NOISY]) == "inconclusive" and decide([SAME, NOISY]) == \
+        "inconclusive"
+    note = decision.notes([SAME, NOISY])
+    assert "within +-0.01" in note[0] and "beyond +-0.01" in note[1] and "smallest effect 5 seeds detect" in note[1]
+    assert detectable(NOISY) > 0.05 > detectable(SAME)
+    undeclared = item("E", [0.001, -0.001, 0.002, 0.0, -0.002], metric="a metric with no margin")
+    assert words([undeclared]) == ["inconclusive"]  # no declared margin: never "equivalent"
+
+
+def test_the_papers_own_setting_decides_the_word():
+    """AdaFedAdam's main claim: both items of the authors' setting A reversed, one of our setting B holding: the old
+    rule said "partly (1 of 4)"."""
+    a1, a2 = (item(f"A (200 rounds) {k}", [-0.05, -0.06, -0.05, -0.07, -0.06]) for k in (1, 2))
+    b1, b2 = item("B (100 clients)", [0.05, 0.06, 0.05, 0.07, 0.06]), NOISY
+    own = DECLARED["adafedadam.faster"].is_own
+    assert decide([a1, a2, b1, b2], own=own) == "does not reproduce"
+    assert decide([a1, a2, b1, b2]) == "mixed"  # every item counting: still never "partly"
+    assert explain([a1, a2, b1, b2], own=own).endswith("in our settings: 1 of 2 items hold, 1 inconclusive")
+    claim = Claim("adafedadam.faster", "AdaFedAdam", "faster", [], [a1, a2, b1, b2])
+    assert claim.verdict == "does not reproduce" and claim.held() == "0 of 2 items hold, 2 reversed"
+    assert [w for w, _ in claim.items()][2:] == ["holds (our setting)", "inconclusive (our setting)"]
+
+
+def test_fragility_finds_the_seed_a_word_hangs_on():
+    """Four seeds clearly better and one far worse: leaving that one out changes the word."""
+    hanging = item("F", [0.05, 0.06, 0.05, 0.07, -0.4])
+    assert decide([hanging]) == "inconclusive"
+    assert fragility([hanging]) == (1, (4,))
+    assert fragility([UP]) is None  # no set of up to 2 of 5 seeds changes it (3 always remain)
+    claim = Claim("x.y", "FedVRA", "c", [], [hanging])
+    assert claim.fragility() == "leaving out seed 4 changes the word (fragility 1)"
+
+
+def test_the_headline_counts_reversals_and_splits_performance_from_facts():
+    up, down = Claim("fedvra.fig3.faster", "FedVRA", "faster", [], [UP, DOWN]), \
+        Claim("fedvra.lemma1", "FedVRA", "lemma", [], [UP])
+    table = verdict_counts([Summary("nb", "t", "paper", [up, down])])
+    head, _, performance, _, facts, _, every = table.splitlines()
+    assert every.startswith("| every claim | **all** | 2 |") and every.endswith("| 1 |")
+    assert "mixed" in head and head.endswith("with a reversed item |")
+    assert performance.startswith("| the papers' comparative performance claims") and performance.endswith("| 1 |")
+    assert facts.startswith("| identities, theorems and structural facts") and facts.endswith("|  |")
+    assert group_of(up) == "performance" and group_of(down) == "facts"
+
+
+# ---------------------------------------------------------------------------------- over the committed claims
+def test_every_committed_claim_is_declared_with_a_kind_and_a_place():
+    claims = [c for s in load_summaries(RESULTS) for c in s.claims]
+    assert {c.id for c in claims} == set(DECLARED)
+    assert all(d.kind in KINDS and d.where for d in DECLARED.values())
+
+
+def test_no_partly_claim_hides_a_reversal_and_no_item_is_a_bare_tie():
+    for s in load_summaries(RESULTS):
+        for c in s.claims:
+            if c.verdict == "partly":
+                assert "reversed" not in c.held(), c.id
+            for (w, e), n in zip(c.items(), c.item_notes()):
+                assert not w.startswith("tie")
+                if e.kind == "paired" and w.split(" (")[0] in ("equivalent", "inconclusive"):
+                    assert "margin of practical relevance" in n, (c.id, e.question)
+                if e.word() in ("reproduces", "does not reproduce") and w.split(" (")[0] in decision.UNSETTLED:
+                    assert "Holm-adjusted p = " in n, (c.id, e.question)
+    text = render(RESULTS)
+    assert "**tie**" not in text and "* tie:" not in text
+
+
+@pytest.mark.parametrize("metric", sorted(MARGINS))
+def test_every_margin_is_positive_and_says_why(metric):
+    margin, why = MARGINS[metric]
+    assert margin > 0 and why

@@ -144,9 +144,9 @@ def test_a_run_records_the_platform_of_the_worker_that_computed_it(client, tmp_p
 
 
 def _pretend_other_code():
-    import fedcompanion.experiments.pool as pool
+    from fedcompanion.experiments.config import ExperimentConfig
 
-    pool.package_digest = lambda: "0ther0ther00"
+    ExperimentConfig.package_code = lambda self: "0ther0ther00"
 
 
 def _pretend_other_platform():

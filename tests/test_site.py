@@ -123,3 +123,18 @@ def test_make_html_executes_only_the_notebooks_without_a_paper_copy(tmp_path):
     (tmp_path / "reproduce" / every[0]).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / "reproduce" / every[0]).write_text("{}")
     assert without_paper_copy(tmp_path) == [n.with_suffix("").as_posix() for n in every[1:]]
+
+
+def test_every_notebook_page_shows_its_verdicts_as_a_table(site):
+    """The verdict cell rendered as raw Markdown (`| claim | verdict |` and `|—|—|` as text) on 19 of 20 pages:
+    the record's HTML table is what the page shows now, with every claim id it records."""
+    import re
+
+    recording = [p for p in sorted((ROOT / "notebooks").rglob("*.ipynb"))
+                 if re.search(r"^record\(", "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
+                                                     if c["cell_type"] == "code"), re.M)]
+    assert len(recording) >= 15
+    for nb in recording:
+        page = (site / "notebooks" / nb.relative_to(ROOT / "notebooks").with_suffix(".html")).read_text()
+        assert '<table class="verdicts">' in page, nb
+        assert not re.search(r"\|\s*(---|—)\s*\|", page), f"{nb}: raw table markup on the page"

@@ -64,15 +64,26 @@ def test_the_choice_is_never_the_last_step_before_a_divergence(tmp_path):
     """The stability rule: 1.0 scores best of [0.316, 1, 100], but 100 diverges on the tuning seeds, so 1.0 sits at
     the edge of stability and 0.316 is taken; the wrong protocol (no step sizes named: the old rule) takes 1.0."""
     grid = {"server_lr": [0.316, 1.0, 100.0]}
-    stable = tune({"FedAvg": Spec(make, grid, {"server_lr": 1.0})}, TUNE, neg_loss, tmp_path, evaluation_seeds=EVAL,
-                  extend=0, rungs=1)["FedAvg"]
-    edge = tune({"FedAvg": Spec(make, grid, {"server_lr": 1.0}, steps=())}, TUNE, neg_loss, tmp_path,
+    stable = tune({"FedAvg": Spec(make, grid, {"server_lr": 0.316})}, TUNE, neg_loss, tmp_path,
+                  evaluation_seeds=EVAL, extend=0, rungs=1)["FedAvg"]
+    edge = tune({"FedAvg": Spec(make, grid, {"server_lr": 0.316}, steps=())}, TUNE, neg_loss, tmp_path,
                 evaluation_seeds=EVAL, extend=0, rungs=1)["FedAvg"]
     assert edge.setting == {"server_lr": 1.0} and stable.setting == {"server_lr": 0.316}
     assert stable.at_edge == ["server_lr"] and stable.score < edge.score
     with pytest.raises(RuntimeError, match="borders a divergence"):
-        tune({"FedAvg": Spec(make, {"server_lr": [1.0, 100.0]}, {"server_lr": 1.0})}, TUNE, neg_loss, tmp_path,
+        tune({"FedAvg": Spec(make, {"server_lr": [1.0, 100.0]}, {"server_lr": 100.0})}, TUNE, neg_loss, tmp_path,
              evaluation_seeds=EVAL, rungs=1)
+
+
+def test_the_stability_rule_never_removes_the_default_so_no_choice_scores_below_it(tmp_path):
+    """Fig. 3's SCAFFOLD: its default scored best at the full horizon and never diverged, but its larger neighbour
+    diverged on a tuning seed, so the old rule ruled the default out and chose a smaller step that scored below it.
+    The default is removed only by its own divergence; a choice never scores below it."""
+    grid = {"server_lr": [0.316, 1.0, 100.0]}
+    tuned = tune({"FedAvg": Spec(make, grid, {"server_lr": 1.0})}, TUNE, neg_loss, tmp_path, evaluation_seeds=EVAL,
+                 extend=0, rungs=1)["FedAvg"]
+    assert tuned.setting == {"server_lr": 1.0}  # the old rule: 0.316, scoring below the default
+    assert tuned.score == tuned.default_score
 
 
 def test_tuning_seeds_that_overlap_the_evaluation_seeds_are_refused(tmp_path):

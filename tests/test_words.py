@@ -108,3 +108,11 @@ def test_no_partly_claim_hides_a_reversal_and_no_item_is_a_bare_tie():
 def test_every_margin_is_positive_and_says_why(metric):
     margin, why = MARGINS[metric]
     assert margin > 0 and why
+
+
+def test_no_committed_tuned_choice_scores_below_its_default():
+    """Every committed tuning table: the choice scores at least the default at the evaluation horizon."""
+    for s in load_summaries(RESULTS, superseded=True):
+        for method, t in s.checks.get("tuned", {}).items():
+            if isinstance(t, dict) and "default" in t:
+                assert t["score"] >= t["default_score"], (s.notebook, method, t["value"], t["default"])

@@ -5,6 +5,7 @@ each field checked), and what a notebook shows as its last output (:class:`Recor
 """
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -172,6 +173,28 @@ class Recorded:
                     for (w, e), n in zip(c.items(), c.item_notes())]
             out += [f"* control, which the test must reject ({w}): {escape_cell(e.describe())}"
                     for w, e in c.checked_controls()]
+        return "\n".join(out)
+
+
+    def _repr_html_(self) -> str:
+        """The same verdicts as an HTML table and lists (what JupyterLab and the site show: a page's Markdown
+        renderer may lack tables); every text escaped."""
+        e_ = html.escape
+        report = "../" * (self.summary.notebook.count("/") + 1) + "REPRODUCTION.md"  # the site: its page
+        rows = "".join(f"<tr><td>{e_(c.claim)} (<code>{e_(c.id)}</code>, <a href=\"{report}#{anchor(c.id)}\">report"
+                       f"</a>)</td><td><strong>{e_(c.verdict)}</strong></td><td>{e_(c.held())}</td>"
+                       f"<td>{e_(c.fragility())}</td></tr>" for c in self.summary.claims)
+        out = [f"<p><strong>Verdicts</strong> ({e_(self.summary.profile)} profile; by the rule of "
+               "<code>fedcompanion.decision</code>; the report defines the words)</p>",
+               "<table class=\"verdicts\"><thead><tr><th>claim</th><th>verdict</th><th>items</th><th>how sure</th>"
+               f"</tr></thead><tbody>{rows}</tbody></table>"]
+        for c in self.summary.claims:
+            items = [f"<li>{e_(w)}: {e_(e.describe())}" + (f" ({e_(n)})" if n else "") + "</li>"
+                     for (w, e), n in zip(c.items(), c.item_notes())]
+            items += [f"<li>control, which the test must reject ({e_(w)}): {e_(e.describe())}</li>"
+                      for w, e in c.checked_controls()]
+            out.append(f"<details><summary><code>{e_(c.id)}</code>: its items</summary><ul>{''.join(items)}</ul>"
+                       "</details>")
         return "\n".join(out)
 
 

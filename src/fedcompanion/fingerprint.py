@@ -329,14 +329,14 @@ class _Roots:
         return digest.hexdigest()[:12]
 
 
-def _in_package(root) -> bool:
+def in_package(root) -> bool:
     """Whether ``root`` is the package's own code (its fingerprint can be kept for the process's lifetime)."""
     if isinstance(root, str):
         return True
     if isinstance(root, tuple):
-        return all(_in_package(r) for r in root)
+        return all(in_package(r) for r in root)
     if isinstance(root, functools.partial):
-        return _in_package(root.func) and all(isinstance(v, _SIMPLE) for v in (*root.args,
+        return in_package(root.func) and all(isinstance(v, _SIMPLE) for v in (*root.args,
                                                                               *root.keywords.values()))
     return isinstance(root, (type, types.FunctionType)) and module_file(root.__module__) is not None
 
@@ -359,20 +359,9 @@ def fingerprint(roots: Iterable) -> str:
     definitions it uses. The package's own roots are fingerprinted once per process; a user's every time (their
     globals may have changed)."""
     roots = tuple(roots)
-    if all(_in_package(r) for r in roots):
+    if all(in_package(r) for r in roots):
         return _package_fingerprint(roots)
     return _collect(roots).digest()
-
-
-@functools.cache
-def package_digest() -> str:
-    """SHA-256 (first 12 hex digits) of every source file of the package as this process read it at first call: two
-    processes run the same package code exactly when their digests agree (a Dask worker and the process that asks it
-    for a run compare them before every run, whatever else the run uses)."""
-    digest = hashlib.sha256()
-    for path in sorted(ROOT.rglob("*.py")):
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
 
 
 def clear() -> None:
@@ -381,7 +370,6 @@ def clear() -> None:
     graph_of.cache_clear()
     _distributions.cache_clear()
     _installed_files.cache_clear()
-    package_digest.cache_clear()
 
 
 def reached(roots: Iterable) -> list[tuple[str, str]]:

@@ -82,9 +82,9 @@ def for_readers(notebook: dict) -> dict:
             cell["source"] = source[len(NBVAL_MARK):].lstrip("\n")
         for output in cell.get("outputs", []):  # the verdicts' links to the report: its page on the site
             data = output.get("data", {})
-            if "text/markdown" in data:
-                text = "".join(data["text/markdown"])
-                data["text/markdown"] = text.replace("REPRODUCTION.md#", "REPRODUCTION.html#")
+            for kind in ("text/markdown", "text/html"):
+                if kind in data:
+                    data[kind] = "".join(data[kind]).replace("REPRODUCTION.md#", "REPRODUCTION.html#")
     if smoke:
         title = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), -1)
         cells.insert(title + 1, {"cell_type": "markdown", "id": "smoke-profile-banner", "metadata": {},

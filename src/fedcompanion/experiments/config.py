@@ -22,7 +22,7 @@ from ..data.loaders import LOADERS, dataset_digest, held_digest
 from ..data.partition import PARTITIONS, partition_parameters
 from ..engine import ENGINES, LocalWork
 from ..engine.sampling import SAMPLINGS
-from ..fingerprint import fingerprint
+from ..fingerprint import fingerprint, in_package
 from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
 from ..tasks import TASKS, is_partitioned, task_digest
@@ -130,6 +130,12 @@ class ExperimentConfig:
         if self.is_engine_run:
             roots.append(ENGINES.lookup(self.engine))
         return roots + [registry("metric")[m] for m in self.metrics if m in registry("metric")]
+
+    def package_code(self) -> str:
+        """The package's part of the run's code fingerprint: the roots that are the package's own (the driver, the
+        package's algorithm classes among the run's, its engine, task builder, loader, partitioner, metrics), not a
+        user's. A Dask worker compares it with the asking process's before every run, user entries or not."""
+        return fingerprint([r for r in self.code_roots() if in_package(r)])
 
     def data_files(self) -> dict[str, str]:
         """The shipped files the task reads (declared by its builder and loader) with their checksums in the data

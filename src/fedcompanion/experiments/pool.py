@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 
 from ..data.loaders import hold_digests
-from ..fingerprint import package_digest
 from ..machine import numerical_platform
 from ..protocol import RunResult
 from ..registry import restore
@@ -45,20 +44,20 @@ def compute(config: ExperimentConfig, key: dict, entries: dict | None = None, pa
     """A worker's job: register the user's ``entries`` (a cluster's worker has not seen them), run ``config`` with
     ``RUN_THREADS`` torch threads and return ``(result, None, platform)``, or ``(None, the error, platform)``;
     ``platform`` is this worker's numerical platform (:func:`~fedcompanion.machine.numerical_platform`), which the
-    stored run records. ``package`` is the asking process's :func:`~fedcompanion.fingerprint.package_digest`: a
-    worker that runs other package code refuses the run, whatever the run uses; and ``key`` is the asker's key of
-    the config: without user entries (whose modules may have other names here) a worker whose code keys the run
+    stored run records. ``package`` is the asking process's :meth:`ExperimentConfig.package_code`: a worker whose
+    package code for the run differs refuses it, whatever the run uses; and ``key`` is the asker's key of the
+    config: without user entries (whose modules may have other names here) a worker whose code keys the run
     otherwise refuses it too."""
     threads = torch.get_num_threads()
     torch.set_num_threads(RUN_THREADS)
     try:
-        if package is not None and package != package_digest():
-            raise ConfigError(f"this worker ({os.uname().nodename}) runs other fedcompanion code than the process "
-                              f"that asked for the run (package {package_digest()} against {package}): install the "
-                              "same version on every worker")
         if entries:
             restore(entries)
-        elif config.key()["code"] != key["code"]:
+        if package is not None and package != config.package_code():
+            raise ConfigError(f"this worker ({os.uname().nodename}) runs other fedcompanion code than the process "
+                              f"that asked for the run (package code {config.package_code()} against {package}): "
+                              "install the same version on every worker")
+        if not entries and config.key()["code"] != key["code"]:
             raise ConfigError(f"this worker ({os.uname().nodename}) runs other fedcompanion code than the process "
                               "that asked for the run: install the same version on every worker")
         with hold_digests():

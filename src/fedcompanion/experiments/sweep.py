@@ -21,7 +21,6 @@ from tqdm.auto import tqdm
 
 from ..atomic import clean_torn
 from ..data.loaders import hold_digests, transportable
-from ..fingerprint import package_digest
 from ..registry import user_entries
 from ..validation import ConfigError, check_choice, check_number
 from .cache import is_cached, load_result, store
@@ -110,7 +109,7 @@ def _sweep(configs: list[ExperimentConfig], folder: Path, jobs: int | None, refr
             finished(c, key, *compute(c, key))
     else:
         with executor_for(jobs, entries, executor) as pool:
-            futures = {pool.submit(compute, c, key, entries, package_digest()): (c, key) for c, key in keyed}
+            futures = {pool.submit(compute, c, key, entries, c.package_code()): (c, key) for c, key in keyed}
             for future in as_completed(futures):
                 try:
                     outcome = future.result()

@@ -13,9 +13,12 @@
   over them, and a setting at which any tuning seed diverged (or failed) is never chosen nor promoted.
 * Stability: a setting is eligible only if its neighbour one grid step larger in every step size (``spec.steps``,
   by default the hyperparameters named ``lr`` or ``*_lr``) did not diverge on any tuning seed, at any rung it ran.
-  So the choice is never the last step before a divergence (the edge of stability).
+  So the choice is never the last step before a divergence (the edge of stability). The default is exempt: it is
+  removed only if it diverged itself (the paper's or the authors' setting is never ruled out by a neighbour).
 * Choice: the best eligible mean score at the last rung; settings within ``margin`` of it count as tied and the one
-  closest to the default (in log distance) is taken. A choice at the edge of a grid extends that grid by one log
+  closest to the default (in log distance) is taken. Never below the default: where the default finished every
+  tuning seed at the full horizon and scores better than that choice, the default is chosen (and a choice below it
+  is refused, never reported as tuned). A choice at the edge of a grid extends that grid by one log
   step on that side and runs the new neighbour at the full horizon (up to ``extend`` times), so the value used
   lies inside its grid or the edge is reported (``Tuned.at_edge``).
 * Report: the chosen values, their score, the default's score, every diverged tuning run, and the cost
@@ -158,9 +161,12 @@ class _Method:
         return any(not r["ok"] for r in self.rows if r["setting"] == setting)
 
     def eligible(self, setting: tuple) -> bool:
-        """Finite on every seed so far, and no larger-step neighbour diverged (the stability rule)."""
+        """Finite on every seed so far, and (except for the default) no larger-step neighbour diverged (the stability
+        rule)."""
         if self.diverged(setting):
             return False
+        if setting == self.default:
+            return True
         for n in self.spec.step_names():
             i, values = self.names.index(n), self.grid[n]
             j = values.index(setting[i]) + 1
@@ -278,6 +284,8 @@ def tune(specs: dict[str, Spec], seeds: list[int], score: Callable[[pd.DataFrame
                 continue
             best = state.score(ranked[0], last)
             chosen = min((s for s in ranked if state.score(s, last) >= best - margin), key=state.key)
+            if state.default in ranked and state.score(state.default, last) > state.score(chosen, last):
+                chosen = state.default  # never below the default (a tie within margin went to a farther setting)
             grid = state.grid
             edges = {n: (-1 if v == grid[n][0] else 1) for n, v in zip(state.names, chosen)
                      if len(grid[n]) > 2 and v in (grid[n][0], grid[n][-1])}
@@ -305,6 +313,9 @@ def _tuned(state: _Method, chosen: tuple, last: int, at_edge: list[str], full_gr
                  int(r["round"]), "role": "tuning", "setting": dict(zip(state.names, map(float, r["setting"])))}
                 for r in state.rows if not r["ok"]]
     default = state.score(state.default, last) if not state.diverged(state.default) else -np.inf
+    if state.score(chosen, last) < default:
+        raise RuntimeError(f"{state.name}: the tuned choice {dict(zip(state.names, chosen))} scores below the "
+                           f"default {state.spec.default} at the full horizon: the protocol never reports that")
     return Tuned(state.name, dict(zip(state.names, map(float, chosen))), state.score(chosen, last),
                  dict(state.spec.default), float(default), {n: list(v) for n, v in state.grid.items()}, at_edge,
                  table, diverged, full_grid)

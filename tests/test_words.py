@@ -116,3 +116,24 @@ def test_no_committed_tuned_choice_scores_below_its_default():
         for method, t in s.checks.get("tuned", {}).items():
             if isinstance(t, dict) and "default" in t:
                 assert t["score"] >= t["default_score"], (s.notebook, method, t["value"], t["default"])
+
+
+def test_an_aa_control_that_calls_noise_a_difference_makes_the_claim_untestable():
+    """The baseline against itself on other seeds: a test whose pairing lets two halves of one method's seeds
+    differ significantly (here the baseline's seeds 0-3 run far below its seeds 4-7) cannot tell a method from
+    itself. Enforced from 4 pairs; below, shown only."""
+    from fedcompanion.decision import same_outcomes
+
+    seeds = range(8)
+    base = [0.70, 0.71, 0.70, 0.71, 0.80, 0.81, 0.80, 0.81]
+    better = paired("S", "method vs baseline", "test_accuracy", "higher", [b + 0.05 for b in base], base, seeds)
+    assert better.word() == "reproduces"
+    assert [w for w, _ in same_outcomes([better])] == ["significant"]
+    assert decide([better]) == "not testable here"  # the old rule: "reproduces"
+    steady = paired("S", "method vs baseline", "test_accuracy", "higher",
+                    [b + 0.05 for b in (0.7, 0.8, 0.75, 0.72, 0.78, 0.71, 0.79, 0.74)],
+                    [0.7, 0.8, 0.75, 0.72, 0.78, 0.71, 0.79, 0.74], seeds)
+    assert same_outcomes([steady])[0][0].startswith("not significant") and decide([steady]) == "reproduces"
+    five = paired("S", "q", "test_accuracy", "higher", [b + 0.05 for b in base[2:7]], base[2:7], range(5))
+    assert same_outcomes([five])[0][0].startswith("significant at n = 2, not enforced")
+    assert decide([five]) == "reproduces"

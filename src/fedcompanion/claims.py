@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .atomic import DamagedFile, read_json, write_atomic
 from .atomic import field as _field
-from .decision import control_outcomes, counts, decide, explain, fragility, notes, split, words
+from .decision import control_outcomes, counts, decide, explain, fragility, notes, same_outcomes, split, words
 from .papers import declared
 from .verdict import Evidence, from_dict
 
@@ -101,6 +101,10 @@ class Claim:
         ``inconclusive, not rejected``."""
         return control_outcomes(self.controls)
 
+    def same_controls(self) -> list[tuple[str, Evidence]]:
+        """Each A/A control with its outcome (:func:`fedcompanion.decision.same_outcomes`)."""
+        return same_outcomes(self.evidence)
+
     def held(self) -> str:
         """``k of n items hold, j reversed, ...`` over the items that decide the word (the paper's own settings,
         where declared)."""
@@ -173,6 +177,8 @@ class Recorded:
                     for (w, e), n in zip(c.items(), c.item_notes())]
             out += [f"* control, which the test must reject ({w}): {escape_cell(e.describe())}"
                     for w, e in c.checked_controls()]
+            out += [f"* A/A control, which must not be significant ({w}): {escape_cell(e.describe())}"
+                    for w, e in c.same_controls()]
         return "\n".join(out)
 
 
@@ -193,6 +199,8 @@ class Recorded:
                      for (w, e), n in zip(c.items(), c.item_notes())]
             items += [f"<li>control, which the test must reject ({e_(w)}): {e_(e.describe())}</li>"
                       for w, e in c.checked_controls()]
+            items += [f"<li>A/A control, which must not be significant ({e_(w)}): {e_(e.describe())}</li>"
+                      for w, e in c.same_controls()]
             out.append(f"<details><summary><code>{e_(c.id)}</code>: its items</summary><ul>{''.join(items)}</ul>"
                        "</details>")
         return "\n".join(out)

@@ -15,8 +15,10 @@ word comes from those items, and its other items are reported as "in our setting
 and one is reversed: ``does not reproduce``; none holds, none is reversed: ``equivalent`` if every item is, else
 ``inconclusive``. A claim may declare **controls**: its test applied to a method or setting the claim excludes;
 every control must come out ``does not reproduce``, else the test cannot fail and the claim is ``not testable
-here``. A claim's **fragility** is the fewest evaluation seeds whose removal would change its word
-(:func:`fragility`).
+here``. Every paired claim also carries **A/A controls** (:func:`same_method`): its test applied to its baseline
+against itself on other seeds, which must not come out significant, else the test calls noise a difference and the
+claim is ``not testable here`` too (enforced from 4 pairs, i.e. 8 evaluation seeds; below, the outcome is
+shown). A claim's **fragility** is the fewest evaluation seeds whose removal would change its word (:func:`fragility`).
 """
 from __future__ import annotations
 
@@ -131,6 +133,49 @@ def rejected(controls: list[Evidence]) -> bool:
     return all(w == "does not reproduce" for w in words(list(controls)))
 
 
+def same_method(evidence: list[Evidence]) -> list[Evidence]:
+    """The A/A controls of a claim: each paired "better" item's test applied to its baseline against itself, the
+    first half of its evaluation seeds against the second (seed ``s_k`` against ``s_{h+k}``: one configuration on
+    other seeds, so no true difference). Each must come out equivalent or inconclusive; a significant word in either
+    direction means the test calls noise a difference (:func:`decide`: ``not testable here``). Fewer than 4 seeds:
+    none."""
+    out = []
+    for e in evidence:
+        seeds = e.seeds or tuple(range(len(e.values)))
+        h = len(seeds) // 2
+        if e.kind != "paired" or e.holds_if != "better" or h < 2:
+            continue
+        out.append(dataclasses.replace(e, question=f"A/A: the baseline of {e.question}, seeds {list(seeds[:h])} "
+                                                   f"against seeds {list(seeds[h:2 * h])}",
+                                       values=e.baseline[:h], baseline=e.baseline[h:2 * h], seeds=seeds[:h]))
+    return out
+
+
+AA_PAIRS = 4  # an A/A control is enforced from 4 pairs (8 evaluation seeds); below, its outcome is shown only
+
+
+def same_outcomes(evidence: list[Evidence]) -> list[tuple[str, Evidence]]:
+    """Each A/A control (:func:`same_method`) with its outcome after Holm's adjustment over them: ``not
+    significant`` (equivalent or inconclusive, as it must be), ``significant`` (the test calls noise a difference),
+    or, with fewer than ``AA_PAIRS`` pairs (a t-test with 1 to 2 degrees of freedom), ``significant at n = k, not
+    enforced``."""
+    same = same_method(evidence)
+    out = []
+    for w, e in zip(words(same), same):
+        if w not in ("reproduces", "does not reproduce"):
+            out.append((f"not significant: {w}", e))
+        else:
+            out.append(("significant" if e.n >= AA_PAIRS else f"significant at n = {e.n}, not enforced below "
+                        f"{AA_PAIRS} pairs", e))
+    return out
+
+
+def false_positive(evidence: list[Evidence]) -> bool:
+    """Whether a claim's test calls a method different from itself: an enforced A/A control (:func:`same_outcomes`)
+    comes out significant, in either direction."""
+    return any(outcome == "significant" for outcome, _ in same_outcomes(evidence))
+
+
 def split(evidence: list[Evidence], own=None) -> tuple[list[int], list[int]]:
     """The indices of the items that decide the claim's word (the paper's own settings, where ``own(setting)`` is
     given and some item is one) and of the others (ours)."""
@@ -146,7 +191,7 @@ def decide(evidence: list[Evidence], reconstruction: bool = False, controls: lis
     whether it is the paper's own (``None``: every item counts)."""
     if not evidence:
         raise ValueError("a claim needs evidence to be decided")
-    if controls and not rejected(controls):
+    if (controls and not rejected(controls)) or false_positive(evidence):
         return "not testable here"
     said = words(evidence)
     said = [said[i] for i in split(evidence, own)[0]]

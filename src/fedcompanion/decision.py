@@ -102,12 +102,13 @@ def notes(evidence: list[Evidence]) -> list[str]:
     """What each item's word rests on beyond its own line (:meth:`Evidence.describe`): Holm's adjusted p where the
     adjustment changed the word, the margin an equivalence or inconclusive item was held to, and the smallest effect
     an inconclusive item could detect."""
-    out = []
-    for e, w, p in zip(evidence, words(evidence), holm(evidence)):
+    out, adjusted = [], holm(evidence)
+    tested = sum(map(math.isfinite, adjusted))
+    for e, w, p in zip(evidence, words(evidence), adjusted):
         parts = []
         if w in UNSETTLED and e.word() != "tie":
-            parts.append(f"Holm-adjusted p = {p:.3f} over the claim's {sum(map(math.isfinite, holm(evidence)))} "
-                         f"tested items, above 0.05: not significant")
+            parts.append(f"Holm-adjusted p = {p:.3f} over the claim's {tested} tested items, above 0.05: not "
+                         "significant")
         m, mde = relevance(e), detectable(e)
         if w == "equivalent":
             parts.append(f"the 90% interval lies within +-{m:g}, the margin of practical relevance")

@@ -227,3 +227,16 @@ def test_every_committed_run_is_read_by_a_notebook():
     from fedcompanion.prune import orphans
 
     assert orphans(RESULTS) == []
+
+
+def test_the_command_lines_help_is_plain_text_and_its_example_sweep_runs(tmp_path, capsys):
+    """`fedcompanion --help` printed reStructuredText (``fedcompanion``, :class:`...`); `run --help` named no file to
+    start from. The example it names runs and caches."""
+    for argv in (["--help"], ["run", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        text = capsys.readouterr().out
+        assert "``" not in text and ":class:" not in text and "::" not in text
+    assert "examples/sweep.yaml" in text
+    assert cli.main(["run", str(ROOT / "examples" / "sweep.yaml"), "--results", str(tmp_path), "--jobs", "1"]) == 0
+    assert "4 run(s)" in capsys.readouterr().out and len(list(tmp_path.glob("*.json"))) == 4

@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import inspect
 import itertools
+import re
 import sys
 from pathlib import Path
 
@@ -214,10 +215,15 @@ def _root() -> Path:
 def main(argv: list[str] | None = None) -> int:
     """The command line's entry point; a ConfigError exits 2 with its message."""
     configure_logging()
-    parser = argparse.ArgumentParser(prog="fedcompanion", description=__doc__.splitlines()[0])
+    text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: m.group(1).split(".")[-1],  # the help is plain text, not RST
+                  __doc__.replace("``", "").replace("::", ":"))
+    parser = argparse.ArgumentParser(prog="fedcompanion", description=text.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run one experiment or a sweep from a YAML file")
-    run.add_argument("config")
+    run = sub.add_parser("run", help="run one experiment or a sweep from a YAML file",
+                         description="Run one experiment or a sweep from a YAML file; print its table.",
+                         epilog=text[text.index("A config file"):] + "\nExample: fedcompanion run examples/sweep.yaml",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("config", help="a YAML file: one experiment, a sweep (base and grid) or a list (experiments)")
     run.add_argument("--results", default="results", help="results cache folder (default: results)")
     run.add_argument("--jobs", type=int, default=None, help="parallel processes (default: CPU count)")
     run.add_argument("--refresh", action="store_true", help="ignore cached results")

@@ -136,9 +136,8 @@ def check_address(address: str) -> str:
 
 def connect(address: str, timeout: float | None = None):
     """A Dask client of the scheduler at ``address``, or :class:`ConfigError` within ``timeout`` seconds (default
-    ``CONNECT_SECONDS``): a wrong
-    address, a closed port, and a port that accepts and never answers (Dask's own timeout does not bound the
-    handshake there) all fail in the package's words, naming the address."""
+    ``CONNECT_SECONDS``): a wrong address, a closed port, and a port that accepts and never answers (Dask's own
+    timeout does not bound the handshake there) all fail in the package's words, naming the address."""
     address, timeout = check_address(address), CONNECT_SECONDS if timeout is None else timeout
     try:
         from distributed import Client

@@ -17,6 +17,7 @@ nb_execution_mode = "off"  # the notebooks were executed by `make reproduce` (or
 nb_ipywidgets_js = {}  # no require.js or widget manager from a CDN: progress bars render as text
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_preserve_defaults = True  # defaults as written (ROOT / "results"), not the builder's absolute paths
 napoleon_google_docstring = True
 html_theme = "sphinx_book_theme"
 html_title = "fedcompanion"

@@ -138,3 +138,14 @@ def test_every_notebook_page_shows_its_verdicts_as_a_table(site):
         page = (site / "notebooks" / nb.relative_to(ROOT / "notebooks").with_suffix(".html")).read_text()
         assert '<table class="verdicts">' in page, nb
         assert not re.search(r"\|\s*(---|—)\s*\|", page), f"{nb}: raw table markup on the page"
+
+
+def test_no_page_shows_a_path_object_or_the_builders_folder(site):
+    """`[PosixPath('<builder>/figures/...')]` under figures (adafedadam/03 and /04) and `=PosixPath('/.../results')`
+    in the API page's defaults: a reader sees neither, nor the folder the site was built in."""
+    for page in sorted(site.rglob("*.html")):
+        if "_modules" in page.parts or "_static" in page.parts:  # (viewcode's source listings)
+            continue
+        text = page.read_text(errors="replace")
+        assert "PosixPath(" not in text, page
+        assert str(ROOT) not in text, page

@@ -160,7 +160,8 @@ class Recorded:
         return str(self.path)
 
     def __repr__(self) -> str:
-        out = [f"{self.summary.title} ({self.summary.profile} profile; summary {self.path})"]
+        where = self.path.relative_to(self.path.parents[2]) if len(self.path.parents) > 2 else self.path
+        out = [f"{self.summary.title} ({self.summary.profile} profile; summary {where})"]  # not the builder's path
         for c in self.summary.claims:
             out += [f"{c.id}: {c.verdict} ({c.explain()})"] + [f"    {e.describe()}" for e in c.evidence]
         return "\n".join(out)

@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -277,6 +278,8 @@ def simulate(configs: ExperimentConfig | list[ExperimentConfig], *, evaluate: bo
     if len(sizes) != 1:
         raise ConfigError(f"experiments simulated together need the same number of clients, got {sorted(sizes)}")
     sink: list = []
+    # no GPU is asked for: take Ray's coming behaviour for num_gpus=0 now, and not its FutureWarning on every run
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run_simulation(server_app=server_app(configs, sink, evaluate), client_app=client_app(),
                    num_supernodes=sizes.pop(),
                    backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}},

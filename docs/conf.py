@@ -17,7 +17,6 @@ nb_execution_mode = "off"  # the notebooks were executed by `make reproduce` (or
 nb_ipywidgets_js = {}  # no require.js or widget manager from a CDN: progress bars render as text
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_preserve_defaults = True  # defaults as written (ROOT / "results"), not the builder's absolute paths
 napoleon_google_docstring = True
 html_theme = "sphinx_book_theme"
 html_title = "fedcompanion"
@@ -37,5 +36,20 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 
 
+def _no_builder_paths(app, what, name, obj, options, signature, return_annotation):
+    """A default such as ``ROOT / "results"`` shows as ``<project>/results``, not as the builder's absolute path.
+    (autodoc_preserve_defaults would do it by rewriting the functions' signatures in the building process.)"""
+    import re
+    from pathlib import Path
+
+    import fedcompanion
+
+    root = str(Path(fedcompanion.__file__).resolve().parents[2])
+    if signature:
+        signature = re.sub(r"PosixPath\('([^']*)'\)", lambda m: repr(m.group(1).replace(root, "<project>")), signature)
+    return signature, return_annotation
+
+
 def setup(app):
+    app.connect("autodoc-process-signature", _no_builder_paths)
     app.set_html_assets_policy("always")  # MathJax on every page: the sidebar's titles hold math on pages without

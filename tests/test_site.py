@@ -149,3 +149,15 @@ def test_no_page_shows_a_path_object_or_the_builders_folder(site):
         text = page.read_text(errors="replace")
         assert "PosixPath(" not in text, page
         assert str(ROOT) not in text, page
+
+
+def test_building_the_site_leaves_the_packages_functions_as_they_were(site):
+    """autodoc_preserve_defaults rewrote the documented functions' signatures in the building process (a builder's
+    dtype default became text, and verify then compared float64 runs at float32's tolerance)."""
+    import inspect
+
+    import torch
+
+    from fedcompanion.tasks import TASKS
+
+    assert inspect.signature(TASKS["least_squares"]).parameters["dtype"].default is torch.float64

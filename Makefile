@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # this project is tested on, whose registry has no CPU-only torch 2.14.1).
 TORCH_INDEX ?=
 
-.PHONY: env test unit notebooks reproduce reproduce-smoke arena extended setting-a verify verify-figures html screenshots lab bench lint clean
+.PHONY: env test check unit notebooks reproduce reproduce-smoke arena extended setting-a verify verify-figures html screenshots lab bench lint clean
 
 # The environment: a venv made from pyproject.toml (conda users: environment.yml) with the [flower] extra, plus a
 # Jupyter kernel registered inside it. torch and torchvision first, at the versions tested (this machine's wheels).
@@ -33,6 +33,11 @@ test: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not notebook"
+
+# The fast tier for the inner loop (about 5 minutes on 2 cores): the unit tests without the notebooks, Flower and the
+# few unit tests over 10 s (marked slow); `make test` runs them all.
+check: $(STAMP)
+	$(BIN)/pytest -q -m "not notebook and not flower and not slow"
 
 reproduce: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduce --profile paper

@@ -98,6 +98,7 @@ def test_every_claim_carries_a_control_its_test_rejects(claim_id):
         assert rejected(claim.controls), f"{claim_id}'s test did not reject its control"
         assert claim.verdict != "not testable here"
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", ["fedvra/04_against_baselines", "adafedadam/03_adafedadam"])
 def test_tuned_step_sizes_lie_inside_their_grids(notebook):
     """Every tuned step size is inside its (possibly extended) grid. A regulariser whose best value is its grid's

@@ -111,6 +111,7 @@ FLOAT32 = [ExperimentConfig(task="dataset", task_args=dict(dataset="mnist", num_
            for name, hp in [("fedavg", {}), ("fedvra", {"gamma": 0.1})] for seed in (0, 1)]
 
 
+@pytest.mark.slow
 def test_float32_results_do_not_depend_on_jobs_or_the_cache(tmp_path):
     serial = sweep(FLOAT32, tmp_path / "a", jobs=1, progress=False)
     parallel = sweep(FLOAT32, tmp_path / "b", jobs=2, progress=False)

@@ -118,6 +118,7 @@ torch.save(first, sys.argv[3])
 """
 
 
+@pytest.mark.slow
 def test_clientwise_numbers_do_not_depend_on_the_thread_counts(tmp_path):
     """Each client's steps run on one thread whichever it is: 1, 2 or 3 inter-op threads and 1 or 2 intra-op
     threads give the same bits (float32), and a second run in the same process repeats the first."""

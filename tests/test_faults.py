@@ -144,6 +144,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("computing", [True, False], ids=["while-computing", "while-starting"])
 def test_a_killed_sweep_leaves_no_worker_behind(tmp_path, computing):
@@ -376,6 +377,7 @@ def test_the_determinism_contract_leaves_the_model_and_the_generator_alone():
     assert all(torch.equal(a, p) and p.grad is None for a, p in zip(before, net.parameters()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "kill -9"])
 def test_a_reproduction_that_dies_takes_its_pool_kernel_and_tracker_with_it(stop):
     """Issue 47 group 5: kill -9 or SIGTERM of `python -m fedcompanion.reproduce` left the kernel and the pool's

@@ -32,6 +32,7 @@ def _python(src: Path, code: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_rekey_carries_a_number_neutral_edit_and_refuses_one_that_moves_the_numbers(tmp_path, edit):
     results = tmp_path / "results"

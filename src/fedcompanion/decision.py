@@ -26,7 +26,7 @@ import dataclasses
 import itertools
 import math
 
-from .papers import MARGINS
+from .papers import margin
 from .verdict import LEVEL, Evidence
 
 UNSETTLED = ("equivalent", "inconclusive")
@@ -36,10 +36,7 @@ POWER = 0.8  # the power at which an inconclusive item's detectable effect is st
 def relevance(e: Evidence) -> float | None:
     """The item's margin of practical relevance, in its metric's units: its own (a not-worse item's), else the one
     declared for its metric (``None``: none declared, so it can never be called equivalent)."""
-    if e.margin is not None:
-        return e.margin
-    entry = MARGINS.get(e.metric)
-    return None if entry is None else entry[0]
+    return e.margin if e.margin is not None else margin(e.metric)
 
 
 def _spread(e: Evidence) -> tuple[float, float, int] | None:

@@ -77,18 +77,18 @@ def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str
     words = list(tally(every))
     rows = ["| claims | paper | n | " + " | ".join(words) + " | with a reversed item |",
             "|---" * (len(words) + 4) + "|"]
+    def row(title: str, paper: str, claims: list) -> str:
+        counts = tally(claims)
+        return (f"| {title} | {paper} | {len(claims)} | " + " | ".join(str(counts.get(v, "")) for v in words)
+                + f" | {sum(c.reversed_items() > 0 for c in claims) or ''} |")
+
     for group, title in GROUPS:
         for paper in [*PAPERS, None]:
             claims = [c for c in every if group_of(c) == group and (paper is None or c.paper == paper)]
             if claims:
-                counts = tally(claims)
-                rows.append(f"| {title} | {paper or '**all**'} | {len(claims)} | "
-                            + " | ".join(str(counts.get(v, "")) for v in words)
-                            + f" | {sum(c.reversed_items() > 0 for c in claims) or ''} |")
+                rows.append(row(title, paper or "**all**", claims))
                 title = ""
-    counts = tally(every)
-    rows.append(f"| every claim | **all** | {len(every)} | " + " | ".join(str(counts.get(v, "")) for v in words)
-                + f" | {sum(c.reversed_items() > 0 for c in every) or ''} |")
+    rows.append(row("every claim", "**all**", every))
     elapsed = (timings or {}).get("elapsed")
     if elapsed is not None:
         pool = {None: "", "local": " with `--scheduler local` (one Dask cluster of the machine's cores for every "

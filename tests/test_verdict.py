@@ -8,7 +8,7 @@ import pytest
 
 from fedcompanion.decision import decide, explain, holm, notes, words
 from fedcompanion.report import Claim, load_summaries
-from fedcompanion.verdict import MIN_SEEDS, against, identity, paired, untestable
+from fedcompanion.verdict import MIN_DRAWS, MIN_SEEDS, against, identity, paired, untestable
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -159,12 +159,22 @@ def test_flipping_the_sign_of_every_committed_effect_flips_the_word():
     assert flipped_any
 
 
-def test_committed_comparative_claims_use_enough_seeds():
+def test_committed_claims_use_enough_seeds_draws_and_repeats():
+    """Issue 57: every paired item, and every seeded item of a performance claim, has >= MIN_SEEDS evaluation seeds
+    (a CPU time: >= MIN_DRAWS interleaved repeats); every other seeded item >= MIN_DRAWS draws; an exact
+    (deterministic) value is one computation and never a time."""
+    from fedcompanion.papers import declared
+
     for summary in load_summaries(RESULTS):
         for claim in summary.claims:
-            for e in claim.evidence:
-                if e.kind == "paired" and not e.deterministic:
-                    assert e.n >= MIN_SEEDS, (claim.id, e.describe())
+            performance = declared(claim.id).kind == "performance"
+            for e in list(claim.evidence) + list(claim.controls):
+                timing = "time" in e.metric
+                if e.deterministic:
+                    assert len(e.values) == 1 and not timing, (claim.id, e.question)
+                elif e.kind in ("paired", "against"):
+                    need = MIN_DRAWS if timing or not (performance or e.kind == "paired") else MIN_SEEDS
+                    assert len(e.values) >= need, (claim.id, e.question, len(e.values), need)
 
 
 def test_a_seed_on_which_both_diverged_compares_nothing():

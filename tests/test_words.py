@@ -2,6 +2,7 @@
 a reversal is never hidden in "partly"; a tie says whether it is "equivalent" (inside the margin of practical
 relevance) or "inconclusive" (with the smallest effect its seeds detect); the paper's own setting decides; a claim
 states how many seeds its word hangs on; the headline counts reversals and keeps performance apart from theorems."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,65 @@ def test_an_aa_control_that_calls_noise_a_difference_makes_the_claim_untestable(
     five = paired("S", "q", "test_accuracy", "higher", [b + 0.05 for b in base[2:7]], base[2:7], range(5))
     assert same_outcomes([five])[0][0].startswith("significant at n = 2, not enforced")
     assert decide([five]) == "reproduces"
+
+
+def _runs(label_values, status=None):
+    """A sweep frame: per label and seed, the global metric at rounds 0, 10, 20, 30, 40."""
+    import pandas as pd
+
+    status = status or {}
+    return pd.DataFrame([dict(label=label, seed=s, round=r, metric="test_accuracy", value=v, client=c,
+                              status=status.get((label, s), "ok"))
+                         for label, per_seed in label_values.items() for s, path in enumerate(per_seed)
+                         for r, v in zip(range(0, 50, 10), path) for c in (-1, 2)])
+
+
+def test_the_directional_control_is_the_baseline_stopped_at_half_its_rounds():
+    """Issue 57: a control that anything trained rejects (the initial model) shows only that the test points the
+    right way. The baseline stopped at half its rounds trains, is excluded by the claim, and differs by a trained
+    method's margin: a not-worse item whose margin is wider than that difference rejects the untrained model but not
+    it, so the claim (which the old control let "reproduce") is not testable here."""
+    from fedcompanion.experiments import early_values, stopped_early, untrained_control
+
+    seeds = list(range(8))
+    base = [0.1, 0.60, 0.80, 0.86, 0.88]  # the baseline's path; seeds shift it by 0.001
+    frame = _runs({"B": [[v + 0.001 * s for v in base] for s in seeds]})
+    assert early_values(frame, "test_accuracy", "B", seeds, "higher") == pytest.approx(
+        [0.8 + 0.001 * s for s in seeds])  # round 20 = half of 40
+    assert early_values(frame, "test_accuracy", "B", [0], "higher", reduce=lambda s: s.mean()) == pytest.approx(
+        [(0.1 + 0.6 + 0.8) / 3])
+    assert early_values(frame, "test_accuracy", "B", [0], "higher", fraction=0.75) == pytest.approx([0.86])
+    method = [0.87 + 0.001 * s + (0.004 if s % 2 else 0.0) for s in seeds]
+    final = [0.88 + 0.001 * s for s in seeds]
+    loose = paired("S", "A vs B", "test_accuracy", "higher", method, final, seeds, holds_if="not worse",
+                   margin=0.1)  # a margin ten times the difference the test should see
+    untrained = untrained_control(loose, [0.1] * 8, "A")
+    early = stopped_early(loose, early_values(frame, "test_accuracy", "B", seeds, "higher"), "A", "B")
+    assert early.question == "B stopped at 50% of its rounds vs B" and early.baseline == loose.baseline
+    assert decide([loose], controls=[untrained]) == "reproduces"  # the old control passes the loose test
+    assert decide([loose], controls=[early]) == "not testable here"
+    tight = dataclasses.replace(loose, margin=0.01)  # a margin the trained difference exceeds: the control is rejected
+    assert decide([tight], controls=[stopped_early(tight, early.values, "A", "B")]) == "reproduces"
+
+
+def test_early_values_reads_a_run_that_did_not_finish_as_the_worst_and_names_what_is_missing():
+    from fedcompanion.experiments import early_values
+
+    frame = _runs({"B": [[0.1, 0.5, 0.7, 0.8, 0.9]] * 2}, status={("B", 1): "diverged"})
+    assert early_values(frame, "test_accuracy", "B", [0, 1], "higher") == [0.7, float("-inf")]
+    assert early_values(frame, "test_accuracy", "B", [1], "lower") == [float("inf")]
+    with pytest.raises(ValueError, match="'C' on seed 0"):
+        early_values(frame, "test_accuracy", "C", [0], "higher")
+    with pytest.raises(ValueError, match="fraction"):
+        early_values(frame, "test_accuracy", "B", [0], "higher", fraction=1.0)
+
+
+def test_no_committed_performance_claim_is_controlled_by_the_untrained_model_alone():
+    """Every committed performance claim's directional control is a method that trains (the untrained model may be
+    a sanity line beside it, never the control)."""
+    from fedcompanion.papers import declared
+
+    for s in load_summaries(RESULTS):
+        for c in s.claims:
+            if declared(c.id).kind == "performance" and c.controls:
+                assert any("initial model" not in e.question for e in c.controls), c.id

@@ -166,10 +166,9 @@ def per_seed(frame: pd.DataFrame, task: ArenaTask, plan: Plan) -> pd.DataFrame:
         if status == "ok":
             last = wide.iloc[-1]
             hit = wide[task.metric] >= task.target if task.better == "higher" else wide[task.metric] <= task.target
-            bytes_per_float = 4  # float32 tasks
             row.update({"metric": float(last[task.metric]),
                         "rounds to target": float(wide.index[hit.values][0]) if hit.any() else math.nan,
-                        "upload KB": float(last["uploaded_floats"]) * bytes_per_float / 1e3
+                        "upload KB": float(last["uploaded_floats"]) * 4 / 1e3  # 4 bytes a float: float32 tasks
                         / (wide.index[-1] * plan.clients_per_round),
                         "client accuracy std": float(last["client_accuracy_std"]),
                         "worst-10% accuracy": float(last["client_accuracy_worst10"])})
@@ -237,7 +236,7 @@ def _interval(v: list[float]) -> tuple[float, float, float]:
 
 @dataclass
 class Outcome:
-    """One task's arena: the tuned settings, the per-seed table, the ranking and the diverged runs."""
+    """One task's arena: the tuned settings, per-seed table, ranking, diverged runs and evaluation runs' frame."""
 
     task: ArenaTask
     tuned: dict
@@ -245,6 +244,7 @@ class Outcome:
     ranking: pd.DataFrame
     diverged: list[dict]
     runs: int
+    frame: pd.DataFrame = field(default=None, repr=False)
 
     def ties(self) -> list[str]:
         """The methods that cannot be told apart from the best (the best first)."""
@@ -298,7 +298,7 @@ def run_arena(tasks, methods, plan: Plan = Plan(), results="results", jobs: int 
         diverged = diverged_runs(table, name)
         diverged += [dict(d, label=f"{name}: {d['label']}") for t in tuned.values() for d in t.diverged]
         runs = sum(len(t.scores) for t in tuned.values()) + len(finals)
-        out[name] = Outcome(task, tuned, table, ranking(table, task, plan.seeds), diverged, runs)
+        out[name] = Outcome(task, tuned, table, ranking(table, task, plan.seeds), diverged, runs, frame)
     return out
 
 

@@ -33,7 +33,7 @@ from .decision import explain
 from .forest import CHART, FOREST, write_verdict_figures
 from .timings import read_timings
 from .validation import ConfigError
-from .verdict import MIN_SEEDS, VERDICTS
+from .verdict import MIN_DRAWS, MIN_SEEDS, VERDICTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,7 +162,7 @@ def render(results_dir: str | Path = "results") -> str:
     text = _template("reproduction.md.j2").render(
         profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"), forest=FOREST,
         chart=CHART, papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain,
-        min_seeds=MIN_SEEDS, zip=zip,
+        min_seeds=MIN_SEEDS, min_draws=MIN_DRAWS, zip=zip,
         anchor=anchor,
         claims_by_paper=[(paper, claims) for paper, claims in by_paper if claims], tuned=tuned, arena=arena,
         diverged=diverged, now=now,

@@ -31,6 +31,12 @@ not reproduce``):
 * **against, deterministic**: the one exact value against the reference.
 * one seed, not deterministic: a tie (nothing can be told apart).
 
+At the paper profile a paired item, and every seeded item of a performance claim, has at least ``MIN_SEEDS``
+(8) evaluation seeds: the sign test then reaches p = 0.0078 when one side diverges on every seed, where at 5
+seeds its smallest p is 0.0625. Any other seeded measurement (a draw of the data, a trajectory) has at least
+``MIN_DRAWS`` (5) draws, and a CPU time as many interleaved repeats, each judged as a seed; ``deterministic``
+is one exact computation, never a seeded draw or a timing.
+
 How a claim's items combine into its word (Holm's adjustment, controls): :mod:`fedcompanion.decision`.
 """
 from __future__ import annotations
@@ -41,7 +47,8 @@ from dataclasses import dataclass
 VERDICTS = ("reproduces", "holds (our reconstruction)", "partly", "mixed", "equivalent", "inconclusive",
             "does not reproduce", "not testable here")  # a claim's words (fedcompanion.decision)
 LEVEL = 0.95
-MIN_SEEDS = 5  # evaluation seeds a comparative claim needs at the paper profile
+MIN_SEEDS = 8  # evaluation seeds of every paired item and every seeded item of a performance claim (paper profile)
+MIN_DRAWS = 5  # draws of any other seeded measurement, and interleaved repeats of a CPU time
 
 
 @dataclass(frozen=True)

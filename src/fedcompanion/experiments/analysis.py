@@ -1,10 +1,12 @@
-"""Reading cached runs for figures and verdicts: timings, last-round summaries, paired evidence and its control
-(the initial model in the method's place)."""
+"""Reading cached runs for figures and verdicts: timings, last-round summaries, paired evidence and its controls
+(the baseline stopped at half its rounds in the method's place: the directional control; the initial model: a
+sanity line)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -88,3 +90,44 @@ def untrained_control(item, initial: list[float], method: str):
     question = (item.question.replace(method, untrained, 1) if method in item.question
                 else f"{untrained} in place of {method}: {item.question}")
     return dataclasses.replace(item, question=question, values=tuple(initial))
+
+
+def early_values(frame: pd.DataFrame, metric: str, label: str, seeds, better: str, fraction: float = 0.5,
+                 reduce: Callable[[pd.Series], float] | None = None) -> list[float]:
+    """Per seed, the global ``metric`` of ``label``'s run in a sweep frame, stopped at ``fraction`` of its rounds:
+    its value at the last evaluated round at or before ``fraction * R`` (``R``: the run's last round), or
+    ``reduce`` of its per-round series up to there (e.g. ``lambda s: s.mean()`` for a speed score read as a mean
+    over the rounds). A run that did not finish (status other than ``ok``) is the worst value for ``better``."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must lie in (0, 1), got {fraction!r}")
+    worst = -math.inf if better == "higher" else math.inf
+    rows = frame[(frame.metric == metric) & (frame.client == -1) & (frame.label == label)]
+    out = []
+    for s in seeds:
+        run = rows[rows.seed == s]
+        if run.empty:
+            raise ValueError(f"no {metric!r} rows of {label!r} on seed {s} in the frame")
+        if (run.status != "ok").any():
+            out.append(worst)
+            continue
+        series = run.set_index("round").value.sort_index()
+        early = series[series.index <= fraction * series.index.max()]
+        value = float(reduce(early)) if reduce is not None else float(early.iloc[-1])
+        out.append(value if math.isfinite(value) else worst)
+    return out
+
+
+def stopped_early(item, values: list[float], method: str, baseline: str, fraction: float = 0.5):
+    """The directional control of a paired item "``method`` is better than ``baseline``": the same test with
+    ``method``'s values replaced by ``baseline``'s own runs stopped at ``fraction`` of their rounds (``values``, on
+    the item's seeds: :func:`early_values`). That is a method which trains, on the same seeds, and which the claim
+    excludes (it is the baseline with half the budget), with an effect of a trained method's size rather than the
+    untrained model's. The test is the item's own (a not-worse item keeps its margin); it must come out ``does not
+    reproduce``, or the test cannot tell a method from the same method trained half as long."""
+    if item.kind != "paired" or len(values) != len(item.values):
+        raise ValueError(f"stopped_early needs a paired item and one value per seed, got {item.kind!r} with "
+                         f"{len(item.values)} seeds and {len(values)} values")
+    early = f"{baseline} stopped at {fraction:.0%} of its rounds"
+    question = (item.question.replace(method, early, 1) if method in item.question
+                else f"{early} in place of {method}: {item.question}")
+    return dataclasses.replace(item, question=question, values=tuple(values))

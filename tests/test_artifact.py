@@ -94,9 +94,12 @@ def test_every_claim_carries_a_control_its_test_rejects(claim_id):
     from fedcompanion.decision import rejected
 
     for claim in (c for s in load_summaries(RESULTS) for c in s.claims if c.id == claim_id):
+        if all(e.kind == "untestable" for e in claim.evidence):  # nothing run: the reason instead of a control
+            assert claim.verdict == "not testable here" and all(e.reason for e in claim.evidence), claim_id
+            continue
         assert claim.controls, f"{claim_id} has no control"
-        assert rejected(claim.controls), f"{claim_id}'s test did not reject its control"
-        assert claim.verdict != "not testable here"
+        if not rejected(claim.controls):  # the rule then withholds every word that holds
+            assert claim.verdict == "not testable here", claim_id
 
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook", ["fedvra/04_against_baselines", "adafedadam/03_adafedadam"])

@@ -35,25 +35,43 @@ def test_curves_emphasise_the_papers_method_and_tick_whole_rounds():
     plt.close(fig)
 
 
-def test_the_verdict_figures_have_no_text_over_text():
-    """The report's two verdict figures, from the committed summaries: no title, label, tick label, verdict word or
-    legend entry drawn over another (matplotlib's bounding boxes). The check itself must catch a text placed on a
-    title."""
+def test_the_verdict_figures_have_no_text_over_text_and_read_at_page_width():
+    """The report's verdict figures (each paper's chart and forest), from the committed summaries: no title, label,
+    tick label, verdict word or legend entry drawn over another (matplotlib's bounding boxes), and every text at least
+    9 pt as a page of PAGE_WIDTH inches shows it. Each check must catch its defect: a text placed on a title, and the
+    old 13-inch chart with 8 pt labels (4.9 pt at page width)."""
     from pathlib import Path
 
-    from fedcompanion.forest import forest_figure, verdict_chart
-    from fedcompanion.plots import overlapping_texts
+    from fedcompanion.forest import FONT, PAGE_WIDTH, forest_figure, verdict_chart
+    from fedcompanion.plots import overlapping_texts, smallest_text
     from fedcompanion.report import PAPERS, load_summaries
 
     summaries = load_summaries(Path(__file__).resolve().parents[1] / "results")
-    for figure in (verdict_chart(summaries, PAPERS), forest_figure(summaries, PAPERS)):
-        assert overlapping_texts(figure) == []
-        plt.close(figure)
+    for paper in PAPERS:
+        for figure in (verdict_chart(summaries, paper), forest_figure(summaries, paper)):
+            assert overlapping_texts(figure) == [], paper
+            size, text = smallest_text(figure, PAGE_WIDTH)
+            assert size >= FONT - 1e-9, (paper, size, text)
+            plt.close(figure)
     fig, ax = plt.subplots()
     ax.set_title("a title")
     ax.text(0.5, 1.0, "a text on the title", transform=ax.transAxes, ha="center")
     assert overlapping_texts(fig), "the check misses a text drawn over the title"
     plt.close(fig)
+    old, ax = plt.subplots(figsize=(13, 4))
+    ax.set_yticks([0, 1], ["a claim", "another"], fontsize=8)
+    assert smallest_text(old, PAGE_WIDTH)[0] < FONT, "the check misses labels a page shrinks below 9 pt"
+    plt.close(old)
+
+
+def test_ascii_norms_are_typeset_and_never_split_by_wrapping():
+    import textwrap
+
+    from fedcompanion.forest import typeset
+
+    label = typeset("CEADMM, k0 = 1: C_k = (k / k0) min_j ||grad f(y^j)||^2 does not grow")
+    assert "$\\|\\nabla{}f(y^j)\\|^2$" in label and "||" not in label
+    assert all(line.count("$") % 2 == 0 for line in textwrap.wrap(label, 20, break_long_words=False))
 
 
 def test_the_verdict_chart_marks_each_claims_control():

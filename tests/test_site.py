@@ -27,7 +27,7 @@ def test_site_builds_with_the_report_the_front_page_and_the_reading_order(site):
     assert "Reproduction report" in page and "Verdicts at a glance" in page
     assert (site / "api.html").exists() and (site / "papers.html").exists()
     index = (site / "index.html").read_text()
-    assert "verdicts_by_claim.png" in index and 'class="fc-gallery"' in index
+    assert "verdicts_by_claim_fedvra.png" in index and 'class="fc-gallery"' in index
     figures = sorted(p.name for p in (ROOT / "figures").glob("*.png"))
     assert all(f"_static/gallery/{name}" in index for name in figures), "every figure has a thumbnail"
     sidebar = [index.index(f'href="notebooks/{name}.html"') for name in
@@ -138,6 +138,25 @@ def test_every_notebook_page_shows_its_verdicts_as_a_table(site):
         page = (site / "notebooks" / nb.relative_to(ROOT / "notebooks").with_suffix(".html")).read_text()
         assert '<table class="verdicts">' in page, nb
         assert not re.search(r"\|\s*(---|—)\s*\|", page), f"{nb}: raw table markup on the page"
+        if nb.parent.name in ("fedvra", "ceadmm", "adafedadam"):  # a paper notebook: the answer where one starts
+            assert page.index('<table class="verdicts">') < len(page) / 3, f"{nb}: the verdict sits below a third"
+
+
+def test_the_verdicts_are_shown_under_the_title_and_still_at_the_end():
+    """for_readers copies the last cell's verdict table under the title (a page of 10,000 px put it three quarters
+    down); the recording cell keeps its own output; a notebook that records nothing gets no copy."""
+    from fedcompanion.site import VERDICTS_ABOVE, for_readers
+
+    table = {"output_type": "display_data", "metadata": {},
+             "data": {"text/html": '<table class="verdicts"><tr><td>x</td></tr></table>', "text/plain": "x"}}
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Title"},
+                    {"cell_type": "code", "metadata": {}, "source": "x = 1", "outputs": []},
+                    {"cell_type": "code", "metadata": {}, "source": "record('nb', 'title', [])", "outputs": [table]}]}
+    shown = for_readers(json.loads(json.dumps(nb)))["cells"]
+    assert "".join(shown[1]["source"]) == VERDICTS_ABOVE and shown[2]["outputs"][0]["data"] == table["data"]
+    assert "remove-input" in shown[2]["metadata"]["tags"] and shown[-1]["outputs"][0]["data"] == table["data"]
+    plain = for_readers(json.loads(json.dumps({"cells": nb["cells"][:2]})))["cells"]
+    assert len(plain) == 2
 
 
 def test_no_page_shows_a_path_object_or_the_builders_folder(site):

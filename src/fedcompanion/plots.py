@@ -155,10 +155,9 @@ def save_figure(fig, name: str, folder: str | Path = "figures") -> list[Path]:
     return paths
 
 
-def overlapping_texts(fig) -> list[tuple[str, str]]:
-    """The pairs of non-empty texts that drawing ``fig`` draws (titles, labels, tick labels, legends, annotations)
-    whose bounding boxes overlap: none in a readable figure. Only texts actually drawn count: an axis keeps tick
-    label objects for ticks outside its view, which are never drawn."""
+def drawn_texts(fig) -> list:
+    """The non-empty, visible texts that drawing ``fig`` draws (titles, labels, tick labels, legends, annotations).
+    Only texts actually drawn count: an axis keeps tick label objects for ticks outside its view, never drawn."""
     drawn = []
     draw = matplotlib.text.Text.draw
 
@@ -171,8 +170,19 @@ def overlapping_texts(fig) -> list[tuple[str, str]]:
         fig.canvas.draw()
     finally:
         matplotlib.text.Text.draw = draw
+    return [t for t in dict.fromkeys(drawn) if t.get_visible() and t.get_text().strip()]
+
+
+def overlapping_texts(fig) -> list[tuple[str, str]]:
+    """The pairs of drawn texts (:func:`drawn_texts`) whose bounding boxes overlap: none in a readable figure."""
     renderer = fig.canvas.get_renderer()
-    texts = [t for t in dict.fromkeys(drawn) if t.get_visible() and t.get_text().strip()]
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in drawn_texts(fig)]
     return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
             if box_a.width > 0 and box_b.width > 0 and box_a.overlaps(box_b)]
+
+
+def smallest_text(fig, page_width: float) -> tuple[float, str]:
+    """The smallest drawn text's size in points as a page shows it: a figure wider than ``page_width`` inches is
+    scaled down to it, and its texts with it. Returns ``(points, text)``."""
+    scale = min(1.0, page_width / fig.get_figwidth())
+    return min((t.get_fontsize() * scale, t.get_text()) for t in drawn_texts(fig))

@@ -30,7 +30,7 @@ from .claims import (  # noqa: F401  (a notebook's record cell imports them from
     whole_of,
 )
 from .decision import explain
-from .forest import CHART, FOREST, write_verdict_figures
+from .forest import CHART, FOREST, paper_figure, write_verdict_figures
 from .timings import read_timings
 from .validation import ConfigError
 from .verdict import MIN_DRAWS, MIN_SEEDS, VERDICTS
@@ -160,8 +160,9 @@ def render(results_dir: str | Path = "results") -> str:
                 for s in summaries if not _inside(s, whole) for d in s.diverged]
     arena = "\n".join(arena_markdown(whole.checks["arena"], whole.notebook)) if whole else ""
     text = _template("reproduction.md.j2").render(
-        profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"), forest=FOREST,
-        chart=CHART, papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain,
+        profiles=sorted({s.profile for s in summaries}), machine=timings.get("machine", "?"),
+        charts=[(p, paper_figure(CHART, p)) for p in PAPERS], forests=[(p, paper_figure(FOREST, p)) for p in PAPERS],
+        papers=PAPERS, counts=tally([c for s in summaries for c in s.claims]), explain=explain,
         min_seeds=MIN_SEEDS, min_draws=MIN_DRAWS, zip=zip,
         anchor=anchor,
         claims_by_paper=[(paper, claims) for paper, claims in by_paper if claims], tuned=tuned, arena=arena,

@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FRONT = "<!-- front -->"
 NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
+VERDICTS_ABOVE = ("**What reproduces**, as this notebook's last cell computes it from the runs below (the words are "
+                  "defined in the reproduction report's verdict rule):")
 SMOKE_BANNER = (":::{warning}\nThis page was built from the **smoke profile** (`make test`): tiny settings whose "
                 "numbers mean nothing. `make reproduce`, then `make html`, builds it from the paper-scale run.\n:::")
 
@@ -85,8 +87,16 @@ def for_readers(notebook: dict) -> dict:
             for kind in ("text/markdown", "text/html"):
                 if kind in data:
                     data[kind] = "".join(data[kind]).replace("REPRODUCTION.md#", "REPRODUCTION.html#")
+    title = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), -1)
+    recording = [c for c in cells if c["cell_type"] == "code" and re.search(r"^record\(", "".join(c["source"]), re.M)]
+    verdicts = [dict(o) for c in recording for o in c.get("outputs", [])
+                if 'class="verdicts"' in "".join(o.get("data", {}).get("text/html", ""))]
+    if verdicts:  # the answer where the reader starts: the last cell's verdicts, shown again under the title
+        cells[title + 1:title + 1] = [
+            {"cell_type": "markdown", "id": "verdicts-at-the-top", "metadata": {}, "source": VERDICTS_ABOVE},
+            {"cell_type": "code", "id": "verdicts-at-the-top-table", "metadata": {"tags": ["remove-input"]},
+             "execution_count": None, "source": "", "outputs": verdicts}]
     if smoke:
-        title = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), -1)
         cells.insert(title + 1, {"cell_type": "markdown", "id": "smoke-profile-banner", "metadata": {},
                                  "source": SMOKE_BANNER})
     return notebook
@@ -122,7 +132,8 @@ def figure_pages(notebooks: Path, figures: Path) -> dict[str, str]:
 def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[str, str], results: Path) -> str:
     """``docs/index.md`` with the verdicts, the gallery and the reading-order toctrees in place of its marker."""
     from .arena import figure_name
-    from .report import CHART, NoSummaries, claims_table, load_summaries, shown_arena
+    from .forest import CHART, paper_figure
+    from .report import PAPERS, NoSummaries, claims_table, load_summaries, shown_arena
 
     summaries = load_summaries(results)
     if not summaries:
@@ -130,11 +141,12 @@ def front_page(template: str, notebooks: list[str], figures: Path, pages: dict[s
     parts = ["## The verdicts", "",
              "Every claim of the three papers, one row each: its items, each a square coloured by its word (green "
              "holds, vermillion reversed, blue equivalent within the margin of practical relevance, grey "
-             "inconclusive), a check where its control (its test applied to a wrong "
-             "method or setting) was rejected, as it must be, and the claim's verdict. Each word comes from the rule "
+             "inconclusive), a black diamond where its control (its test applied to a method that trains but the "
+             "claim excludes) was rejected, as it must be, and the claim's verdict. Each word comes from the rule "
              "in `fedcompanion.verdict` and `fedcompanion.decision`; the [reproduction report](REPRODUCTION.md) has "
              "every effect with its interval, in the metric's units.", "",
-             f"![Every claim's items and verdict](figures/{CHART}.png)", "", claims_table(summaries), ""]
+             *[f"![{paper}: every claim's items and verdict](figures/{paper_figure(CHART, paper)}.png)"
+               for paper in PAPERS], "", claims_table(summaries), ""]
     arena = shown_arena(summaries)
     ranking = figure_name("ranking", arena.notebook) if arena else ""
     if arena and (figures / f"{ranking}.png").exists():  # beside the claims: every method on the same tasks

@@ -59,6 +59,7 @@ MARGINS: dict[str, tuple[float, str]] = {
     "relative distance of the final model to x*": (0.01, "1% of the distance from the start"),
     "max_k I_k minus the minimax value": (0.01, "0.01 in the inverse training rates, which start at 1"),
     "clustering_objective": (1.0, "1 in an objective near 440 (0.2%)"),
+    "communication rounds to a relative gap below 1e-08": (1.0, "one communication round"),
 }
 
 

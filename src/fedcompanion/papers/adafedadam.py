@@ -18,5 +18,6 @@ CLAIMS = {
     "adafedadam.fednova_smoothness": ("mechanism", "FedNova's normalisation over-weights small L-constants"),
     "adafedadam.minimax_limit": ("theorem", "alpha-fair FL: the minimax limit"),
     "adafedadam.theorem2": ("theorem", "Theorem 2 (convex objectives)"),
+    "adafedadam.cifar10": ("performance", "experiments: CIFAR-10"),
     "adafedadam.ablation": ("performance", "AdaFedAdam's three improvements over FedAdam (the ablation is ours)"),
 }

@@ -3,6 +3,7 @@ setting follows the authors' code (linear regression, QSAR logistic regression),
 
 CLAIMS = {
     "ceadmm.optimality": ("theorem", "Corollary 3.1"),
+    "ceadmm.fl_special_case": ("identity", "Fig. 1, Algorithms 1 and 4: FL as linearised ADMM"),
     "ceadmm.fig5.fewer_rounds": ("performance", "Fig. 5(b),(e)"),
     "ceadmm.fig4.cpu_time": ("performance", "Fig. 4(c),(f)"),
     "ceadmm.theorem31": ("theorem", "Theorem 3.1"),

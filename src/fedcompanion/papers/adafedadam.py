@@ -9,6 +9,7 @@ CLAIMS = {
     "adafedadam.dmop.proportional": ("identity", "the DMOP formulation: its gradient is proportional to (2)'s"),
     "adafedadam.dmop.scale": ("mechanism", "alpha-fair FL: the gradient's decreasing scale"),
     "adafedadam.theorem1": ("theorem", "Theorem 1 (N-AccAdam)"),
+    "adafedadam.one_step_is_adam": ("identity", "AdaFedAdam with one local step: minibatch Adam"),
     "adafedadam.faster": ("performance", "introduction and experiments: faster than FedAvg and FedAdam", _AUTHORS),
     "adafedadam.fair_baselines": ("performance", "introduction: equivalent fairness, improved convergence",
                                   _AUTHORS),

@@ -180,3 +180,25 @@ def test_building_the_site_leaves_the_packages_functions_as_they_were(site):
     from fedcompanion.tasks import TASKS
 
     assert inspect.signature(TASKS["least_squares"]).parameters["dtype"].default is torch.float64
+
+
+def test_a_failed_notebook_copy_is_executed_again_and_never_published(tmp_path):
+    """Issue 61: papermill writes a failed notebook too (its error cell first); the next `make html` published it.
+    A failed copy now counts as missing (executed again) and is never gathered for the site."""
+    from fedcompanion.site import executed_notebooks, failed, without_paper_copy
+
+    good = {"cells": [{"cell_type": "code", "metadata": {}, "source": "1", "outputs": []}], "metadata": {}}
+    bad = {"cells": [{"cell_type": "markdown", "metadata": {"tags": ["papermill-error-cell-tag"]}, "source": "x"},
+                     {"cell_type": "code", "metadata": {}, "source": "1/0",
+                      "outputs": [{"output_type": "error", "ename": "ZeroDivisionError", "evalue": "",
+                                   "traceback": []}]}],
+           "metadata": {}}
+    for name, nb in (("00_tour.ipynb", good), ("91_your_own_problem.ipynb", bad)):
+        (tmp_path / "reproduce").mkdir(exist_ok=True)
+        (tmp_path / "reproduce" / name).write_text(json.dumps(nb))
+    folder = tmp_path / "reproduce"
+    assert not failed(folder / "00_tour.ipynb") and failed(folder / "91_your_own_problem.ipynb")
+    missing = without_paper_copy(tmp_path)
+    assert "91_your_own_problem" in missing and "00_tour" not in missing
+    gathered = executed_notebooks(tmp_path)
+    assert (gathered / "00_tour.ipynb").exists() and not (gathered / "91_your_own_problem.ipynb").exists()

@@ -44,7 +44,7 @@ def executed_notebooks(build: Path = ROOT / "build") -> Path | None:
     shutil.rmtree(gathered, ignore_errors=True)
     for folder in (build / "executed", build / "reproduce"):  # the paper copies last: they win
         for nb in sorted(folder.rglob("*.ipynb")) if folder.exists() else []:
-            if ".ipynb_checkpoints" not in nb.parts:
+            if ".ipynb_checkpoints" not in nb.parts and not failed(nb):  # a failed copy is never published
                 (gathered / nb.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(nb, gathered / nb.relative_to(folder))
     return gathered if gathered.exists() else None
@@ -225,12 +225,26 @@ def myst_targets(markdown: str) -> str:
     return _ANCHOR.sub(r"(\1)=", markdown)
 
 
+def failed(path: Path) -> bool:
+    """Whether an executed notebook stopped on an error (papermill still writes it: its error cell, an error output,
+    a cell marked ``papermill.exception``): such a copy is never published."""
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return True
+    return any("papermill-error-cell-tag" in c.get("metadata", {}).get("tags", [])
+               or c.get("metadata", {}).get("papermill", {}).get("exception") is True
+               or any(o.get("output_type") == "error" for o in c.get("outputs", [])) for c in cells)
+
+
 def without_paper_copy(build: Path = ROOT / "build") -> list[str]:
-    """The notebooks (their names under ``notebooks/``) with no paper-profile copy in ``build/reproduce``."""
+    """The notebooks (their names under ``notebooks/``) with no paper-profile copy in ``build/reproduce``, or a copy
+    that failed (:func:`failed`)."""
     from .reproduce import notebooks
 
     names = [p.relative_to(ROOT / "notebooks") for p in notebooks()]
-    return [n.with_suffix("").as_posix() for n in names if not (build / "reproduce" / n).exists()]
+    return [n.with_suffix("").as_posix() for n in names
+            if not (build / "reproduce" / n).exists() or failed(build / "reproduce" / n)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"executing {len(missing)} notebook(s) at the paper profile first: {', '.join(missing)}", flush=True)
         if reproduce(["--profile", "paper", *(arg for name in missing for arg in ("--only", name))]) != 0:
+            print(f"error: a notebook failed; no site written: {', '.join(without_paper_copy())}", file=sys.stderr)
             return 1
     print(f"wrote {build(args.output)}")
     return 0

@@ -35,8 +35,9 @@ def test_the_intact_files_make_a_report(results):
 
 
 @pytest.mark.parametrize("name, damage, message", [
-    (SUMMARY, lambda p: _edit(p, lambda d: d["checks"]["tuned"]["FedADMM"].update(default_score=None)),
-     r"checks\.tuned\.FedADMM\.default_score' should be a number, got None"),
+    (SUMMARY, lambda p: _edit(p, lambda d: d["checks"]["tuned"]["FedADMM (uniform weights)"].update(
+        default_score=None)),
+     r"checks\.tuned\.FedADMM \(uniform weights\)\.default_score' should be a number, got None"),
     (SUMMARY, lambda p: p.write_text(p.read_text(), encoding="utf-16"), "is not UTF-8 text"),
     (SUMMARY, lambda p: _edit(p, lambda d: d["claims"][0]["evidence"][0].update(kind="vibes")),
      r"claims\[0\] .* is not a claim the rule can read: Evidence kind"),

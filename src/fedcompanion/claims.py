@@ -109,7 +109,10 @@ class Claim:
         """``k of n items hold, j reversed, ...`` over the items that decide the word (the paper's own settings,
         where declared)."""
         said = words(self.evidence)
-        return counts([said[i] for i in split(self.evidence, self._own())[0]])
+        deciding = split(self.evidence, self._own())[0]
+        if not deciding:  # nothing could be run: say so rather than "0 of 0"
+            return f"{len(self.evidence)} item{'s' if len(self.evidence) != 1 else ''} not testable here"
+        return counts([said[i] for i in deciding])
 
     def reversed_items(self) -> int:
         """How many items, of every setting, are significantly reversed."""

@@ -227,7 +227,8 @@ def explain(evidence: list[Evidence], controls: list[Evidence] = (), own=None) -
         if i in ours:
             continue
         groups.setdefault(name.get(said[i], said[i]), []).append(f"{e.setting}: {e.question}")
-    text = "; ".join([counts([said[i] for i in deciding])] + [f"{k}: {', '.join(v)}" for k, v in groups.items()])
+    head = [counts([said[i] for i in deciding])] if deciding else []  # nothing testable: no "0 of 0"
+    text = "; ".join(head + [f"{k}: {', '.join(v)}" for k, v in groups.items()])
     if ours:
         text += f"; in our settings: {counts([said[i] for i in ours])}"
     told = [f"control {e.setting}: {e.question}: {outcome}" for outcome, e in control_outcomes(controls)]

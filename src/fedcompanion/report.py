@@ -95,7 +95,8 @@ def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str
                 "notebook)"}.get(timings.get("pool"), f" with its runs on {timings.get('pool')}")
         rows += ["", f"The last `make reproduce` from an empty cache{pool} took {elapsed / 60:.1f} minutes "
                      f"({timings.get('machine', 'machine not recorded')}); REPRODUCTION.md names the platform that "
-                     "computed each committed run."]
+                     "computed each committed run." + (f" Since that measurement: {timings['since']}." if
+                                                       timings.get("since") else "")]
     return "\n".join(rows)
 
 

@@ -95,7 +95,8 @@ def for_readers(notebook: dict) -> dict:
         cells[title + 1:title + 1] = [
             {"cell_type": "markdown", "id": "verdicts-at-the-top", "metadata": {}, "source": VERDICTS_ABOVE},
             {"cell_type": "code", "id": "verdicts-at-the-top-table", "metadata": {"tags": ["remove-input"]},
-             "execution_count": None, "source": "", "outputs": verdicts}]
+             "execution_count": None, "source": "# the verdicts the last cell computes (a page skips an empty cell)",
+             "outputs": verdicts}]
     if smoke:
         cells.insert(title + 1, {"cell_type": "markdown", "id": "smoke-profile-banner", "metadata": {},
                                  "source": SMOKE_BANNER})

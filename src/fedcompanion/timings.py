@@ -11,7 +11,8 @@ from .atomic import read_json, write_atomic
 
 def read_timings(results_dir: str | Path) -> dict:
     """``_timings.json``: the machine, each notebook's wall time and (after a full reproduction) its elapsed
-    time and how many notebooks ran at once."""
+    time and how many notebooks ran at once; ``since``, where written by hand, what the notebooks do now that the
+    measurement did not (the next cold reproduction rewrites the file without it)."""
     path = Path(results_dir) / "summaries" / "_timings.json"
     if not path.exists():
         return {"notebooks": {}, "machine": "?"}
@@ -22,6 +23,7 @@ def read_timings(results_dir: str | Path) -> dict:
     _field(data, "elapsed", (float, type(None)), path, default=None)
     _field(data, "parallel", (int, type(None)), path, default=None)
     _field(data, "pool", (str, type(None)), path, default=None)
+    _field(data, "since", (str,), path, default="")  # what changed since the measurement (a cold run drops it)
     return data
 
 

@@ -253,3 +253,23 @@ def test_stopping_the_loopback_script_stops_every_flower_process_and_frees_its_p
         stop_tree([script.pid, *groups])
     with socket.socket() as s, pytest.raises(ConnectionRefusedError):  # nothing listens on the SuperLink's port
         s.connect(("127.0.0.1", port))
+
+
+def test_a_simulation_that_returns_nothing_is_started_again_and_one_that_returned_some_is_not():
+    """Issue 61: Ray waits a fixed 30 s for its node; on a loaded machine the simulation returned nothing and the test
+    failed. `until_results` starts it again (up to 3 times), never after it returned some results."""
+    from fedcompanion.flower.core import until_results
+
+    calls = []
+
+    def flaky(outcomes):
+        def once():
+            calls.append(1)
+            return outcomes[len(calls) - 1]
+        return once
+
+    assert until_results(flaky([[], ["result"]])) == ["result"] and len(calls) == 2
+    calls.clear()
+    assert until_results(flaky([[], [], [], ["late"]])) == [] and len(calls) == 3
+    calls.clear()
+    assert until_results(flaky([["partial"], ["more"]])) == ["partial"] and len(calls) == 1

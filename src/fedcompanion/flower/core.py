@@ -277,13 +277,39 @@ def simulate(configs: ExperimentConfig | list[ExperimentConfig], *, evaluate: bo
     sizes = {_setup(json.dumps(dataclasses.asdict(c)))[1].num_clients for c in configs}
     if len(sizes) != 1:
         raise ConfigError(f"experiments simulated together need the same number of clients, got {sorted(sizes)}")
-    sink: list = []
     # no GPU is asked for: take Ray's coming behaviour for num_gpus=0 now, and not its FutureWarning on every run
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    run_simulation(server_app=server_app(configs, sink, evaluate), client_app=client_app(),
-                   num_supernodes=sizes.pop(),
-                   backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}},
-                   verbose_logging=verbose)
+    nodes = sizes.pop()
+
+    def once() -> list:
+        sink: list = []
+        run_simulation(server_app=server_app(configs, sink, evaluate), client_app=client_app(), num_supernodes=nodes,
+                       backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
+                                       "init_args": {"include_dashboard": False}},
+                       verbose_logging=verbose)
+        return sink
+
+    sink = until_results(once)
     if len(sink) != len(configs):
         raise RuntimeError("the Flower simulation ended without every result (see the log above)")
     return sink[0] if single else sink
+
+
+START_ATTEMPTS = 3  # Ray waits a fixed 30 s for its node to start: a busy laptop can miss it
+
+
+def until_results(once, attempts: int = START_ATTEMPTS) -> list:
+    """``once()`` (one simulation, returning its results) again, up to ``attempts`` times, while it returns nothing:
+    Ray's start-up timed out on a busy machine (Flower logs the error and returns). A simulation that returned some
+    results failed after Ray started: it is not run again."""
+    for attempt in range(1, attempts + 1):
+        results = once()
+        if results or attempt == attempts:
+            return results
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        logging.getLogger(__name__).warning("the Flower simulation returned nothing (Ray's start-up timed out on a "
+                                            "busy machine?): attempt %d of %d", attempt + 1, attempts)
+    return []

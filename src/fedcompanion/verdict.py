@@ -42,6 +42,7 @@ How a claim's items combine into its word (Holm's adjustment, controls): :mod:`f
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 VERDICTS = ("reproduces", "holds (our reconstruction)", "partly", "mixed", "equivalent", "inconclusive",
@@ -303,7 +304,9 @@ def t_interval(values) -> tuple[float, float, float, float]:
     mean = sum(d) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
     half = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1)) * sd / math.sqrt(n)
-    p = float(stats.ttest_1samp(d, 0.0).pvalue) if sd > 0 else (0.0 if mean != 0 else 1.0)
+    with warnings.catch_warnings():  # nearly equal values (e.g. one round count on every draw) are evidence too:
+        warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)  # scipy's warning would reach a page
+        p = float(stats.ttest_1samp(d, 0.0).pvalue) if sd > 0 else (0.0 if mean != 0 else 1.0)
     return mean, mean - half, mean + half, p
 
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from .claims import table_head
 from .experiments import ExperimentConfig, Spec, final_score, log_grid, per_seed_evidence, sweep, tune
 from .validation import ConfigError, check_number, check_seeds
 from .verdict import t_interval
@@ -376,9 +377,8 @@ def markdown(summary: dict, name: str = NOTEBOOK) -> list[str]:
         task = o["task"]
         lines += [f"### {task['description']}", "", f"* {o['sentence']}",
                   f"* {o['runs']} runs, {len(o['diverged'])} diverged.", "",
-                  f"| rank | method | {task['metric']} | against best | rounds to {task['target']:g} | "
-                  "upload KB / client-round | client acc. std | worst-10% acc. | tuned |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  *table_head(["rank", "method", task["metric"], "against best", f"rounds to {task['target']:g}",
+                               "upload KB / client-round", "client acc. std", "worst-10% acc.", "tuned"])]
         for r in o["ranking"]:
             tuned = o["tuned"][r["method"]]
             setting = ", ".join(f"{k} {v:g}" for k, v in tuned["value"].items())

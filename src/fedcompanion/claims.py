@@ -171,7 +171,7 @@ class Recorded:
 
     def _repr_markdown_(self) -> str:
         out = [f"**Verdicts** ({self.summary.profile} profile; by the rule of `fedcompanion.decision`; each claim's "
-               "entry in REPRODUCTION.md defines the words):", "", "| claim | verdict | items |", "|---|---|---|"]
+               "entry in REPRODUCTION.md defines the words):", "", *table_head(["claim", "verdict", "items"])]
         report = "../" * (self.summary.notebook.count("/") + 1) + "REPRODUCTION.md"  # from notebooks/<name>.ipynb
         out += [f"| {escape_cell(c.claim)} (`{c.id}`, [report]({report}#{anchor(c.id)})) | **{c.verdict}** "
                 f"| {c.held()} |" for c in self.summary.claims]
@@ -336,6 +336,12 @@ def _unstrict(value):
     if isinstance(value, list):
         return [_unstrict(v) for v in value]
     return value
+
+
+def table_head(columns: list[str]) -> list[str]:
+    """The first two lines of a markdown table: its header of ``columns`` and the rule under it (every table the
+    package writes starts here)."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def escape_cell(text: str) -> str:

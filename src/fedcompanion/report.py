@@ -27,6 +27,7 @@ from .claims import (  # noqa: F401  (a notebook's record cell imports them from
     read_summary,
     record,
     summaries_dir,
+    table_head,
     whole_of,
 )
 from .decision import explain
@@ -41,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def claims_table(summaries: list[Summary]) -> str:
     """The site's table: each claim's word (from the rule), the number of evaluation seeds behind it and where it
     holds; the effects and intervals are in REPRODUCTION.md."""
-    rows = ["| paper | claim | verdict | n | where it holds and where not | notebook |", "|---|---|---|---|---|---|"]
+    rows = table_head(["paper", "claim", "verdict", "n", "where it holds and where not", "notebook"])
     for paper in PAPERS:
         for s in summaries:
             for c in s.claims:
@@ -75,8 +76,7 @@ def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str
     reversed (in any setting); then the wall time of the reproduction that computed them, where one was recorded."""
     every = [c for s in summaries for c in s.claims]
     words = list(tally(every))
-    rows = ["| claims | paper | n | " + " | ".join(words) + " | with a reversed item |",
-            "|---" * (len(words) + 4) + "|"]
+    rows = table_head(["claims", "paper", "n", *words, "with a reversed item"])
     def row(title: str, paper: str, claims: list) -> str:
         counts = tally(claims)
         return (f"| {title} | {paper} | {len(claims)} | " + " | ".join(str(counts.get(v, "")) for v in words)
@@ -268,8 +268,8 @@ def with_costs(text: str, seconds: dict[str, float]) -> str:
     for line in text.splitlines(keepends=True):
         if line.startswith(NOTEBOOK_HEADER):
             line, table = f"{NOTEBOOK_HEADER} {COST} |\n", True
-        elif table and line.startswith("|---"):
-            line = "|---|---|---|---|\n"
+        elif table and line.startswith(table_head([""])[1]):
+            line = table_head(["", "", "", ""])[1] + "\n"
         elif table and line.startswith("| `"):
             cells = line.rstrip("\n").strip("|").split("|")[:3]
             line = "|" + "|".join(cells) + f"| {cost(cells[0].strip().strip('`'))} |\n"

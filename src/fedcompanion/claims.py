@@ -219,9 +219,10 @@ def anchor(claim_id: str) -> str:
 def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Path, profile: str,
            diverged: list[dict] | None = None, runs: int = 0, checks: dict | None = None) -> Recorded:
     """Write a notebook's summary (atomically) and return it as :class:`Recorded` (its path, and its verdicts as
-    the notebook's last output). ``checks`` holds facts the tests read back from the committed results (e.g. where
-    each tuned value lies in its grid). The summary also lists the stored runs the notebook read (their hashes), and
-    this process forgets them."""
+    the notebook's last output). A summary equal to the stored one but for its numbers' last digits (another CPU's
+    rounding: :mod:`fedcompanion.tolerance`) leaves the stored file as it is, and returns it. ``checks`` holds facts
+    the tests read back from the committed results (e.g. where each tuned value lies in its grid). The summary also
+    lists the stored runs the notebook read (their hashes), and this process forgets them."""
     if not notebook or notebook.startswith("_"):
         raise ValueError(f"record: notebook {notebook!r} must be a notebook's name; names starting with _ are the "
                          "reproduction's bookkeeping files (_timings, _history)")
@@ -233,7 +234,20 @@ def record(notebook: str, title: str, claims: list[Claim], results_dir: str | Pa
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (notebook.replace("/", "--") + ".json")
     text = json.dumps(_strict(asdict(summary)), indent=1, sort_keys=True, allow_nan=False)
+    if path.exists() and stored_result_again(path, text):  # the same result: the file stays as it is
+        return Recorded(path, read_summary(path))
     return Recorded(write_atomic(path, text + "\n"), summary)
+
+
+def stored_result_again(path: Path, text: str) -> bool:
+    """Whether summary ``text`` is the result stored in ``path`` but for its numbers' last digits
+    (:mod:`fedcompanion.tolerance`)."""
+    from .tolerance import moved
+
+    try:
+        return not moved(json.loads(path.read_text()), json.loads(text))
+    except (ValueError, UnicodeDecodeError):
+        return False
 
 
 def load_summaries(results_dir: str | Path, superseded: bool = False) -> list[Summary]:

@@ -338,7 +338,7 @@ def in_package(root) -> bool:
     if isinstance(root, functools.partial):
         return in_package(root.func) and all(isinstance(v, _SIMPLE) for v in (*root.args,
                                                                               *root.keywords.values()))
-    return isinstance(root, (type, types.FunctionType)) and module_file(root.__module__) is not None
+    return isinstance(root, (type, types.FunctionType)) and module_file(root.__module__ or "") is not None
 
 
 def _collect(roots) -> _Roots:

@@ -1,9 +1,10 @@
 """``python -m fedcompanion.prune``: the stored runs that no notebook reads, and with ``--delete`` their removal.
 
-A run stays in ``results/`` after the grid or the setting that asked for it changed: tuning grids extended and then
-narrowed, a horizon lengthened. Each notebook's summary lists the runs it read (``runs_read``, written by
-:func:`fedcompanion.claims.record`), so a stored run whose hash no summary lists is an orphan: nothing the project
-shows depends on it. Pruning refuses to guess. It stops, deleting nothing, where it cannot know what is read:
+A run (or a cached computation, ``results/computed/``) stays in ``results/`` after the grid or the setting that
+asked for it changed: tuning grids extended and then narrowed, a horizon lengthened. Each notebook's summary lists
+the runs it read (``runs_read``, written by :func:`fedcompanion.claims.record`), so a stored run whose hash no
+summary lists is an orphan: nothing the project shows depends on it. Pruning refuses to guess. It stops, deleting
+nothing, where it cannot know what is read:
 
 * a folder with no summary (a ``fedcompanion run`` folder, a copy without ``summaries/``): every run would look
   like an orphan;
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 from .claims import load_summaries
+from .experiments.computed import FOLDER
 
 ROOT = Path(__file__).resolve().parents[2]
 SUFFIXES = (".json", ".csv.gz", ".pt")  # one stored run's files (cache.store), the record first
@@ -42,11 +44,13 @@ def _stem(path: Path) -> str | None:
 
 
 def stored_runs(results: Path) -> dict[str, list[Path]]:
-    """Each run hash in ``results`` -> its files there (record, history, model; a record may be gone)."""
+    """Each run hash in ``results`` -> its files there (record, history, model; a record may be gone), and each
+    cached computation's (``computed/<hash>.json``, :mod:`fedcompanion.experiments.computed`) -> its record."""
     runs: dict[str, list[Path]] = {}
-    for path in sorted(results.iterdir()):
+    computed = results / FOLDER
+    for path in [*sorted(results.iterdir()), *(sorted(computed.iterdir()) if computed.is_dir() else [])]:
         stem = _stem(path)
-        if stem is not None:
+        if stem is not None and (path.parent == results or path.name.endswith(".json")):
             runs.setdefault(stem, []).append(path)
     return runs
 
@@ -83,13 +87,12 @@ def orphans(results: Path, min_age_hours: float = MIN_AGE_HOURS, read: set[str] 
 
 def delete(results: Path, hashes: list[str]) -> int:
     """Remove each run's files, its record first; the number of files removed."""
-    removed = 0
+    removed, stored = 0, stored_runs(results)
     for h in hashes:
-        for suffix in SUFFIXES:
-            path = results / f"{h}{suffix}"
-            if path.is_file():
-                path.unlink(missing_ok=True)
-                removed += 1
+        for path in sorted(stored.get(h, []), key=lambda p: SUFFIXES.index(next(s for s in SUFFIXES
+                                                                              if p.name.endswith(s)))):
+            path.unlink(missing_ok=True)
+            removed += 1
     return removed
 
 

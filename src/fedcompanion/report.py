@@ -237,7 +237,7 @@ def update_readme(readme: Path, results_dir: str | Path) -> bool:
     table = verdict_counts(load_summaries(results_dir), timings)
     new = re.sub(f"{re.escape(README_START)}.*?{re.escape(README_END)}",
                  lambda _: f"{README_START}\n{table}\n{README_END}", text, flags=re.S)
-    new = with_costs(new, timings.get("notebooks", {}))
+    new = with_costs(new, timings.get("notebooks", {}), timings.get("warm", {}).get("notebooks", {}))
     if new != text:
         write_atomic(readme, new)
     return new != text
@@ -253,16 +253,18 @@ def wall_time(name: str, seconds: dict[str, float]) -> tuple[float, str | None] 
 
 
 NOTEBOOK_HEADER = "| notebook | what it shows | run by |"
-COST = "wall time, empty cache"
+COST = "wall time: empty cache; from the committed results"
 
 
-def with_costs(text: str, seconds: dict[str, float]) -> str:
-    """README's notebook table (the rows under :data:`NOTEBOOK_HEADER`) with its last column, each notebook's wall
+def with_costs(text: str, seconds: dict[str, float], warm: dict[str, float] | None = None) -> str:
+    """README's notebook table (the rows under :data:`NOTEBOOK_HEADER`) with its last column: each notebook's wall
     time in the last `make reproduce` from an empty cache (``_timings.json``; a part's where `make reproduce` runs only
-    a part: the arena's QSAR panel, AdaFedAdam's setting B), two notebooks at a time; the notebooks of the other
-    targets are timed in docs/benchmarks.md."""
+    a part: the arena's QSAR panel, AdaFedAdam's setting B), two notebooks at a time, the notebooks of the other
+    targets timed in docs/benchmarks.md; then its time from the committed results on a fresh clone (``warm``:
+    `make html`, ``benchmarks/fresh_clone.py``)."""
     def cost(name: str) -> str:
-        return _wall_cell(name, seconds, " s") or "not in `make reproduce` (docs/benchmarks.md)"
+        cold = _wall_cell(name, seconds, " s") or "not in `make reproduce` (docs/benchmarks.md)"
+        return f"{cold}; {warm[name]:.0f} s" if name in (warm or {}) else cold
 
     out, table = [], False
     for line in text.splitlines(keepends=True):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import signal
 import sys
@@ -262,6 +263,20 @@ def _execute_all(todo, runs, params, jobs, threads, parallel, out_dir, results, 
                   f"{seconds:.0f} s", flush=True)
 
 
+def moved_summaries(stored: dict[Path, str], results: Path) -> list[str]:
+    """One line per summary that this reproduction rewrote (``stored``: each summary's text before it), naming the
+    numbers that moved beyond :mod:`fedcompanion.tolerance`'s (a summary within it is never rewritten)."""
+    from .tolerance import moved
+
+    lines = []
+    for path, text in sorted(stored.items()):
+        if path.exists() and path.read_text() != text:
+            where = moved(json.loads(text), json.loads(path.read_text()))
+            lines.append(f"{path.name}: the result moved ({', '.join(where[:4])}"
+                         f"{f' and {len(where) - 4} more' if len(where) > 4 else ''})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m fedcompanion.reproduce``: execute the notebooks, record their times, write the report."""
     from .report import write_report
@@ -310,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = longest_first(todo, read_timings(results).get("notebooks", {}), {nb: runs[nb][0] for nb in todo})
     cold = from_empty_cache(results)  # wall times are recorded only for a reproduction from an empty cache
     before = set(results.glob("*.json"))
+    stored = {path: path.read_text() for path in (results / "summaries").glob("*.json")}
     threads = kernel_threads(parallel, cpus)
     jobs = sweep_jobs(parallel, cpus)
     start, failed = time.time(), []
@@ -349,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         report = write_report(results, ROOT / "build" / "REPRODUCTION-smoke.md", readme=None)
     computed = len(set(results.glob("*.json")) - before)
+    for line in moved_summaries(stored, results):
+        print(line)
     print(f"{computed} run(s) computed here; {len(before)} were already in {results.relative_to(ROOT)} (read from the "
           "cache where a notebook needed them, and listed by the platform that computed them in the report)")
     ran = {k: f"; its part {name} ran here" for k, (name, _) in PART_IN_REPRODUCE.items()}

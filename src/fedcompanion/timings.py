@@ -1,5 +1,6 @@
 """The reproduction's wall times: ``<results>/summaries/_timings.json`` (each notebook's seconds, the whole run's
-elapsed time and the machine that measured them)."""
+elapsed time and the machine that measured them, from an empty cache), and ``warm``: the same from the committed
+results on a fresh clone (``python benchmarks/fresh_clone.py``: what `make html` costs a reader)."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,20 @@ def read_timings(results_dir: str | Path) -> dict:
     _field(data, "parallel", (int, type(None)), path, default=None)
     _field(data, "pool", (str, type(None)), path, default=None)
     _field(data, "since", (str,), path, default="")  # what changed since the measurement (a cold run drops it)
+    warm = _field(data, "warm", (dict,), path, default={})
+    for name in _field(warm, "notebooks", (dict,), path, default={}, where="warm"):
+        _field(warm["notebooks"], name, (float,), path, where="warm.notebooks")
     return data
+
+
+def write_warm(results_dir: str | Path, seconds: dict[str, float], elapsed: float, site: float) -> None:
+    """Record the notebooks' wall times from the committed results on a fresh clone (``seconds``), the whole
+    execution's ``elapsed`` seconds and the site's build after it (``site``), with the machine."""
+    data = read_timings(results_dir)
+    data["warm"] = {"machine": machine(), "notebooks": {k: round(v, 1) for k, v in sorted(seconds.items())},
+                    "elapsed": round(elapsed, 1), "site": round(site, 1)}
+    path = Path(results_dir) / "summaries" / "_timings.json"
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed: float | None = None,
@@ -45,6 +59,8 @@ def write_timings(results_dir: str | Path, timings: dict[str, float], *, elapsed
         data["elapsed"], data["parallel"], data["pool"] = round(elapsed, 1), parallel, pool
     elif "elapsed" in old:
         data["elapsed"], data["parallel"], data["pool"] = old["elapsed"], old.get("parallel"), old.get("pool")
+    if old.get("warm"):  # a measurement of its own (benchmarks/fresh_clone.py), kept
+        data["warm"] = old["warm"]
     write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 

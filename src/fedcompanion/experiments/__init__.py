@@ -5,6 +5,7 @@ uses.
   the run executes, a digest of a user's own data);
 * :mod:`.runner`: one config, run (the driver whose code every run's fingerprint covers);
 * :mod:`.cache`: the results folder's files, written atomically and verified when read;
+* :mod:`.computed`: what a notebook computes besides runs, cached like a run (``results/computed/``);
 * :mod:`.sweep`: the configs not yet cached, run in worker processes;
 * :mod:`.analysis`: timings, last-round summaries and paired evidence from per-seed tables;
 * :mod:`.tuning`: the one tuning protocol (log grids of equal width, disjoint tuning seeds, edges extended);
@@ -23,6 +24,7 @@ from .analysis import (
     untrained_control,
 )
 from .cache import CacheMiss, is_cached, load_params, load_result, read_history, store
+from .computed import computed
 from .config import ExperimentConfig, config_columns
 from .named_metrics import METRICS, register_metric
 from .runner import RUN_THREADS, build_task, run_config
@@ -31,8 +33,8 @@ from .tuning import Spec, Tuned, final_score, log_grid, mean_score, tune
 
 __all__ = [
     "METRICS", "RUN_THREADS", "TASKS", "CacheMiss", "ExperimentConfig", "Spec", "Tuned",
-    "build_task", "config_columns", "early_values", "final_score", "initial_values", "is_cached", "load_params",
-    "load_result",
+    "build_task", "computed", "config_columns", "early_values", "final_score", "initial_values", "is_cached",
+    "load_params", "load_result",
     "log_grid", "mean_score", "per_seed_evidence", "read_history", "register_metric", "register_task", "round_zero",
     "run_config", "stopped_early", "store", "summarize", "sweep", "timings", "tune", "untrained_control",
 ]

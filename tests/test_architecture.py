@@ -10,7 +10,7 @@ from fedcompanion import fingerprint
 
 LAYERS = [  # lowest first; a name covers a module or a subpackage and everything in it
     ["protocol", "validation", "definitions", "fingerprint", "memory", "metrics", "machine", "atomic", "verdict",
-     "decision", "registry", "logs", "processes", "papers"],
+     "decision", "registry", "logs", "processes", "papers", "tolerance"],
     ["data", "losses", "models", "engine"],
     ["tasks", "plots"],
     ["algorithms", "forest"],

@@ -145,3 +145,18 @@ def test_a_summary_equal_but_for_last_digits_is_left_as_stored(tmp_path):
     record("nb", "a notebook", [claim(1.1e-16, "0.08732", 0.2)], tmp_path, "paper")  # a setting changed
     lines = moved_summaries({path: moved_text}, tmp_path)
     assert len(lines) == 1 and "claims[0].settings" in lines[0]
+
+
+def test_an_attribute_named_like_a_global_does_not_put_that_globals_value_in_the_key():
+    """Notebook code without a file counts by its source and the globals it reads. ``play_round(...).state`` reads
+    the attribute ``state``, not a notebook's global ``state``: keying that global's repr made fedvra/01's key change
+    from one kernel to the next (its repr held addresses), so the cache never hit on a fresh clone."""
+    namespace = {"__name__": "a_notebook_cell", "state": fc.LocalWork(steps=1)}
+    exec("def f(result):\n    return result.state\n", namespace)
+    first = computation_key(namespace["f"], {})["code"]
+    namespace["state"] = fc.LocalWork(steps=2)
+    assert computation_key(namespace["f"], {})["code"] == first
+    exec("def g():\n    return state.steps\n", namespace)  # a global it does read is keyed
+    second = computation_key(namespace["g"], {})["code"]
+    namespace["state"] = fc.LocalWork(steps=3)
+    assert computation_key(namespace["g"], {})["code"] != second

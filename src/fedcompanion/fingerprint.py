@@ -24,6 +24,7 @@ reached without its name being in the config.
 from __future__ import annotations
 
 import ast
+import dis
 import functools
 import hashlib
 import importlib.util
@@ -236,10 +237,22 @@ def _functions(obj) -> list:
 
 
 def _code_names(code: types.CodeType) -> set[str]:
+    """Every name ``code`` (and the code nested in it) uses: globals and attributes (``x.lr`` names "lr")."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)
+    return names
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` (and the code nested in it) reads or binds; not its attributes: ``play_round(...)
+    .state`` does not read a global ``state``, whose value (and its repr) must not enter a key."""
+    names = {i.argval for i in dis.get_instructions(code)
+             if i.opname in ("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= global_names(const)
     return names
 
 
@@ -303,8 +316,7 @@ class _Roots:
             for base in obj.__mro__[1:-1]:
                 self.add(base)
         for function in _functions(obj):
-            names = _code_names(function.__code__)
-            for name in sorted(names & set(function.__globals__)):
+            for name in sorted(global_names(function.__code__) & set(function.__globals__)):
                 self._value(f"{label}.{name}", function.__globals__[name])
 
     def _value(self, label: str, value) -> None:

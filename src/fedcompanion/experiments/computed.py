@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..atomic import write_atomic
-from ..fingerprint import PACKAGE, _code_names, fingerprint
+from ..fingerprint import PACKAGE, _code_names, fingerprint, global_names
 from ..machine import numerical_platform
 from .cache import _READ
 from .config import key_hash
@@ -99,7 +99,7 @@ def _reads(function: Callable, seen: set[int] | None = None) -> tuple[list, dict
         return [], {}
     seen.add(id(function))
     names, roots, parameters = _code_names(function.__code__), [], {}
-    for name in sorted(names & set(function.__globals__)):
+    for name in sorted(global_names(function.__code__) & set(function.__globals__)):
         value = function.__globals__[name]
         if isinstance(value, types.SimpleNamespace):
             parameters[name] = _data({k: v for k, v in sorted(vars(value).items()) if k in names})

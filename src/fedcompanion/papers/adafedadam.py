@@ -21,4 +21,6 @@ CLAIMS = {
     "adafedadam.theorem2": ("theorem", "Theorem 2 (convex objectives)"),
     "adafedadam.cifar10": ("performance", "experiments: CIFAR-10"),
     "adafedadam.ablation": ("performance", "AdaFedAdam's three improvements over FedAdam (the ablation is ours)"),
+    "adafedadam.biased_pseudo_gradients": ("performance", "FedAdam's biased pseudo-gradients: lower convergence and "
+                                           "more unfairness"),
 }

@@ -11,6 +11,7 @@ CLAIMS = {
     "fedvra.scaffold_not_a_case": ("mechanism", "Fig. 1 (SCAFFOLD close to, not in, the family)"),
     "fedvra.fig2.dual_stepsize": ("performance", "Fig. 2"),
     "fedvra.fig2.aggregation_stepsize": ("performance", "Fig. 2"),
+    "fedvra.a_and_heterogeneity": ("performance", "Sec. II-B: a larger a the more non-IID the data"),
     "fedvra.unbiased_aggregation": ("identity", "eqs. (15)-(16): d = N/m and the expected start point"),
     "fedvra.fig3.faster": ("performance", "Fig. 3"),
     "fedvra.fig3.upload": ("mechanism", "the communication cost (one vector and one scalar)"),

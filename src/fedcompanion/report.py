@@ -97,6 +97,11 @@ def verdict_counts(summaries: list[Summary], timings: dict | None = None) -> str
                      f"({timings.get('machine', 'machine not recorded')}); REPRODUCTION.md names the platform that "
                      "computed each committed run." + (f" Since that measurement: {timings['since']}." if
                                                        timings.get("since") else "")]
+    warm = (timings or {}).get("warm") or {}
+    if warm.get("elapsed") is not None:
+        rows += ["", f"A fresh clone's `make html` (every notebook from the committed results, then the site) took "
+                     f"{(warm['elapsed'] + warm.get('site', 0)) / 60:.1f} minutes ({warm.get('machine', '?')}; "
+                     "`python benchmarks/fresh_clone.py`)."]
     return "\n".join(rows)
 
 

@@ -41,9 +41,9 @@ def _sha256(data: bytes) -> str:
 VOUCHED = ("config", "label", "status", "diverged_round", "history", "params", "platform", "wall_time", "timing")
 
 
-def record_digest(meta: dict) -> str:
-    """SHA-256 of the canonical JSON of the record's ``VOUCHED`` fields."""
-    return _sha256(json.dumps({k: meta.get(k) for k in VOUCHED}, sort_keys=True, default=list).encode())
+def record_digest(meta: dict, fields: tuple[str, ...] = VOUCHED) -> str:
+    """SHA-256 of the canonical JSON of the record's ``fields`` (a run's: ``VOUCHED``)."""
+    return _sha256(json.dumps({k: meta.get(k) for k in fields}, sort_keys=True, default=list).encode())
 
 
 def _history_bytes(history: pd.DataFrame) -> bytes:
@@ -150,6 +150,11 @@ def is_cached(config: ExperimentConfig, results_dir: str | Path, with_params: bo
 # The hashes of the runs this process has read (load_result, load_params): a notebook's summary lists them
 # (claims.record), so that a stored run no notebook reads can be found (python -m fedcompanion.prune).
 _READ: set[str] = set()
+
+
+def note_read(name: str) -> None:
+    """Count ``name`` (a run's hash, or a cached computation's) as read by this process."""
+    _READ.add(name)
 
 
 def take_read_runs() -> list[str]:

@@ -25,7 +25,6 @@ ones no notebook reads.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import types
@@ -40,7 +39,7 @@ import pandas as pd
 from ..atomic import write_atomic
 from ..fingerprint import PACKAGE, _code_names, fingerprint, global_names
 from ..machine import numerical_platform
-from .cache import _READ
+from .cache import note_read, record_digest
 from .config import key_hash
 
 FOLDER = "computed"
@@ -112,11 +111,6 @@ def _reads(function: Callable, seen: set[int] | None = None) -> tuple[list, dict
     return roots, parameters
 
 
-def _digest(record: dict) -> str:
-    return hashlib.sha256(json.dumps({k: record.get(k) for k in VOUCHED}, sort_keys=True,
-                                     allow_nan=True).encode()).hexdigest()
-
-
 def computation_key(function: Callable, arguments: dict) -> dict:
     """The key :func:`computed` stores ``function(**arguments)`` under (see the module's docstring)."""
     roots, parameters = _reads(function)
@@ -130,11 +124,11 @@ def computed(function: Callable, results_dir: str | Path, *, refresh: bool = Fal
     key = computation_key(function, arguments)
     name = key_hash(key)
     path = Path(results_dir) / FOLDER / f"{name}.json"
-    _READ.add(name)
+    note_read(name)
     if path.exists() and not refresh:
         try:
             record = json.loads(path.read_text())
-            if record.get("key") == key and record.get("record") == _digest(record):
+            if record.get("key") == key and record.get("record") == record_digest(record, VOUCHED):
                 return _value(record["value"])
             reason = "describes another computation" if record.get("key") != key else "does not match its digest"
         except (ValueError, UnicodeDecodeError, AttributeError) as error:
@@ -144,6 +138,6 @@ def computed(function: Callable, results_dir: str | Path, *, refresh: bool = Fal
     data = _data(function(**arguments))
     record = {"key": key, "value": data, "platform": numerical_platform(),
               "wall_time": round(time.perf_counter() - start, 3)}
-    record["record"] = _digest(record)
+    record["record"] = record_digest(record, VOUCHED)
     write_atomic(path, json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
     return _value(json.loads(path.read_text())["value"])

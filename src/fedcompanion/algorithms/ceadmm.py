@@ -326,6 +326,20 @@ class CEADMM(ConsensusADMM):
 
 
 @register
+class Penalty(ConsensusADMM):
+    r"""The quadratic penalty method: Algorithm 2's exact local solves (k0 = 1) with the multipliers held at zero,
+    :math:`x_i^{k+1} = \arg\min_x w_i f_i(x) + \tfrac{\sigma_i}{2}\|x - y^{k+1}\|^2`,
+    :math:`y^{k+1} = \sum_i\sigma_i x_i^k / \sigma`. It converges, but to a point where
+    :math:`\sum_i w_i\nabla f_i(x_i) = 0` with the :math:`x_i` apart, not to the minimiser of :math:`\sum_i w_i f_i`
+    when the clients differ: what the multipliers buy (the control of Corollary 3.1's test)."""
+
+    name, dual = "penalty", False
+
+    def __init__(self, sigma: float | list | None = None, tol_local: float = 1e-10):
+        super().__init__(k0=1, sigma=sigma, tol_local=tol_local)
+
+
+@register
 class LIADMM(ConsensusADMM):
     """Algorithm 4: linearised at the server point, sigma_i = w_i / gamma, k0 = 1."""
 

@@ -56,3 +56,28 @@ def test_the_alpha_fair_minimiser_is_proportionally_fair_and_the_average_one_is_
 def test_every_declared_claim_has_a_kind_and_a_place():
     for claim_id, d in DECLARED.items():
         assert d.where.strip(), claim_id
+
+
+def test_every_recorded_claim_quotes_its_paper_and_names_its_controls():
+    """Every claim the notebooks record is declared in the package with its place in the paper and the paper's
+    sentence, and every claim with a testable item names a control its test must reject (the A/A controls of paired
+    items are added by the rule)."""
+    from fedcompanion.claims import load_summaries
+    from fedcompanion.notebook import project_path
+
+    recorded = [c for s in load_summaries(project_path("results")) for c in s.claims]
+    assert recorded
+    for c in recorded:
+        d = DECLARED.get(c.id)
+        assert d is not None, f"{c.id} is recorded but not declared in fedcompanion.papers"
+        assert d.where.strip() and len(d.says) > 40, c.id
+        if any(e.kind != "untestable" for e in c.evidence):
+            assert c.controls, f"{c.id} names no control its test must reject"
+    assert not set(DECLARED) - {c.id for c in recorded}, "a declared claim no notebook records"
+
+
+def test_a_declaration_without_the_papers_sentence_is_refused():
+    from fedcompanion.papers import Declared
+
+    with pytest.raises(ValueError, match="says"):
+        Declared(kind="theorem", where="Theorem 1", says=" ")

@@ -6,6 +6,8 @@ declaration changes words without recomputing a run.
 * ``kind``: ``performance`` (a method against others on a metric: the papers' comparative claims and our extensions
   of them), or ``identity``, ``theorem`` and ``mechanism`` (an exact identity, a theorem's statement, a structural
   fact about an update rule): the headline counts the two groups apart.
+* ``says``: the paper's own sentence, quoted from the text we hold (its mathematics in plain ASCII; ``[...]`` marks a
+  cut, and a parenthesis says what our extract lacks), so that an audit reads the claim beside what it tests.
 * ``own``: the settings that are the paper's own (the authors' experiment); a claim's word comes from those items,
   and its other items are reported as "in our settings". Empty: the paper gives no setting of its own (FedVRA's
   datasets are open) or every setting is the authors' (CEADMM's): every item counts.
@@ -24,15 +26,19 @@ KINDS = ("performance", "identity", "theorem", "mechanism")
 @dataclass(frozen=True)
 class Declared:
     """One claim as the package declares it: ``kind`` (``KINDS``), ``where`` (its place in the paper, or ``ours``
-    for an extension the paper does not make) and ``own`` (the names of the settings that are the paper's own)."""
+    for an extension the paper does not make), ``says`` (the paper's sentence) and ``own`` (the names of the settings
+    that are the paper's own)."""
 
     kind: str
     where: str
+    says: str
     own: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"a claim's kind is one of {KINDS}, got {self.kind!r}")
+        if not self.where.strip() or not self.says.strip():
+            raise ValueError("a claim declares its place in the paper (where) and the paper's sentence (says)")
 
     def is_own(self, setting: str) -> bool:
         """Whether an item's ``setting`` is one of the paper's own, named ``NAME`` or ``NAME (details)`` (every
@@ -40,7 +46,7 @@ class Declared:
         return not self.own or any(setting == o or setting.startswith(f"{o} (") for o in self.own)
 
 
-DECLARED: dict[str, Declared] = {cid: Declared(*d) for cid, d in {**_FEDVRA, **_CEADMM, **_ADAFEDADAM}.items()}
+DECLARED: dict[str, Declared] = {cid: Declared(**d) for cid, d in {**_FEDVRA, **_CEADMM, **_ADAFEDADAM}.items()}
 
 # The margin of practical relevance of each paired metric, in the metric's units, and why: a difference inside it is
 # one no reader would act on, so an interval inside +-margin says "equivalent" (two one-sided tests at 5%) and a

@@ -233,3 +233,22 @@ def test_the_initial_model_in_the_methods_place_is_a_control_a_paired_test_must_
         initial_values(round_zero(other), "loss", ["A", "B"], seeds)
     with pytest.raises(ValueError, match="paired item"):
         untrained_control(against("B", "A", "loss", "lower", [0.4, 0.4, 0.4], 1.0, seeds), [2.3] * 3, "A")
+
+
+def test_the_t_interval_and_its_p_are_scipys_one_sample_t_test():
+    """t_interval computes the interval and the p directly (the rule asks for thousands): they must be scipy's."""
+    import numpy as np
+    from scipy import stats
+
+    from fedcompanion.verdict import t_interval
+
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5, 8, 20):
+        for shift in (0.0, 0.3, 1.0, 5.0):
+            d = rng.normal(shift, 1.0, n)
+            mean, low, high, p = t_interval(d)
+            ref = stats.ttest_1samp(d, 0.0)
+            low_ref, high_ref = ref.confidence_interval(0.95)
+            assert p == pytest.approx(float(ref.pvalue), rel=1e-10, abs=1e-300)
+            assert (low, high) == (pytest.approx(float(low_ref), rel=1e-10), pytest.approx(float(high_ref), rel=1e-10))
+            assert (p < 0.05) == (low > 0 or high < 0)

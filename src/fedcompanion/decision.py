@@ -27,7 +27,7 @@ import itertools
 import math
 
 from .papers import margin
-from .verdict import LEVEL, Evidence
+from .verdict import LEVEL, Evidence, t_quantile
 
 UNSETTLED = ("equivalent", "inconclusive")
 POWER = 0.8  # the power at which an inconclusive item's detectable effect is stated
@@ -51,26 +51,22 @@ def _spread(e: Evidence) -> tuple[float, float, int] | None:
 def equivalent(e: Evidence) -> bool:
     """Whether a paired item's 90% t interval lies inside +-its margin (:func:`relevance`): the two one-sided tests
     at 5% both reject a difference as large as the margin."""
-    from scipy import stats
-
     m, spread = relevance(e), _spread(e)
     if m is None or spread is None or e.test != "t":
         return False
     mean, sd, n = spread
-    half = float(stats.t.ppf(LEVEL, n - 1)) * sd / math.sqrt(n)  # the 90% interval's half-width
+    half = t_quantile(LEVEL, n - 1) * sd / math.sqrt(n)  # the 90% interval's half-width
     return -m < mean - half and mean + half < m
 
 
 def detectable(e: Evidence) -> float | None:
     """The smallest true mean difference a paired t-tested item's seeds would detect at 5% with 80% power:
     ``(t_{0.975} + t_{0.8}) s / sqrt(n)`` (``None`` for other items)."""
-    from scipy import stats
-
     spread = _spread(e)
     if spread is None or e.test != "t":
         return None
     _, sd, n = spread
-    return (float(stats.t.ppf(0.5 + LEVEL / 2, n - 1)) + float(stats.t.ppf(POWER, n - 1))) * sd / math.sqrt(n)
+    return (t_quantile(0.5 + LEVEL / 2, n - 1) + t_quantile(POWER, n - 1)) * sd / math.sqrt(n)
 
 
 def holm(evidence: list[Evidence]) -> list[float]:

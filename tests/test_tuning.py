@@ -138,3 +138,21 @@ def test_a_score_naming_an_unrecorded_metric_is_named_not_called_divergence(tmp_
     with pytest.raises(ConfigError, match=r"no value for 4 finished run.*They record \[.*'train_loss'"):
         tune({"FedAvg": Spec(make, {"server_lr": [0.1, 1.0]}, {"server_lr": 1.0})}, [0, 1],
              final_score("no_such_metric"), tmp_path, evaluation_seeds=[9])
+
+
+def test_halving_runs_the_choices_larger_neighbour_to_the_full_horizon(tmp_path):
+    """Fig. 3's lesson (docs/benchmarks.md): halving stopped a larger-step neighbour at its first rung, before it
+    diverged, so it chose the setting next to a late divergence that the full grid rules out. Here server lr 8
+    diverges at rounds 15-17 but scores last at 4 rounds; 3.16 scores best. The full grid takes the default 1.0; so
+    must halving (the old promotion chose 3.16), by running 8 to round 30 before choosing 3.16."""
+    def make30(setting, seed):
+        return make(setting, seed, rounds=30)
+
+    spec = Spec(make30, {"server_lr": [1.0, 3.16, 8.0]}, {"server_lr": 1.0})
+    full = tune({"FedAvg": spec}, TUNE, neg_loss, tmp_path, evaluation_seeds=EVAL, extend=0, rungs=1)["FedAvg"]
+    halved = tune({"FedAvg": spec}, TUNE, neg_loss, tmp_path, evaluation_seeds=EVAL, extend=0)["FedAvg"]
+    assert full.setting == {"server_lr": 1.0}
+    assert halved.setting == full.setting
+    last = halved.scores[halved.scores["rounds"] == 30]
+    assert set(last.server_lr) == {1.0, 3.16, 8.0} and not last[last.server_lr == 8.0].ok.any()
+    assert halved.scores.groupby("rounds").size().to_dict() == {4: 6, 10: 2, 30: 6}

@@ -13,7 +13,9 @@
   over them, and a setting at which any tuning seed diverged (or failed) is never chosen nor promoted.
 * Stability: a setting is eligible only if its neighbour one grid step larger in every step size (``spec.steps``,
   by default the hyperparameters named ``lr`` or ``*_lr``) did not diverge on any tuning seed, at any rung it ran.
-  So the choice is never the last step before a divergence (the edge of stability). The default is exempt: it is
+  So the choice is never the last step before a divergence (the edge of stability). Before a setting is chosen, its
+  larger neighbours are run to the full horizon too (halving may have stopped them at a rung before they diverged):
+  the choice is then the one the full grid would make wherever the full grid's choice reached the last rung. The default is exempt: it is
   removed only if it diverged itself (the paper's or the authors' setting is never ruled out by a neighbour).
 * Choice: the best eligible mean score at the last rung; settings within ``margin`` of it count as tied and the one
   closest to the default (in log distance) is taken. Never below the default: where the default finished every
@@ -160,19 +162,25 @@ class _Method:
     def diverged(self, setting: tuple) -> bool:
         return any(not r["ok"] for r in self.rows if r["setting"] == setting)
 
+    def larger_neighbours(self, setting: tuple) -> list[tuple]:
+        """The settings one grid step larger in one step size (``spec.steps``): those the stability rule looks at."""
+        out = []
+        for n in self.spec.step_names():
+            i, values = self.names.index(n), self.grid[n]
+            j = values.index(setting[i]) + 1
+            if j < len(values):
+                out.append((*setting[:i], values[j], *setting[i + 1:]))
+        return out
+
+    def ran(self, setting: tuple, rounds: int) -> bool:
+        return any(r["setting"] == setting and r["rounds"] == rounds for r in self.rows)
+
     def eligible(self, setting: tuple) -> bool:
         """Finite on every seed so far, and (except for the default) no larger-step neighbour diverged (the stability
         rule)."""
         if self.diverged(setting):
             return False
-        if setting == self.default:
-            return True
-        for n in self.spec.step_names():
-            i, values = self.names.index(n), self.grid[n]
-            j = values.index(setting[i]) + 1
-            if j < len(values) and self.diverged((*setting[:i], values[j], *setting[i + 1:])):
-                return False
-        return True
+        return setting == self.default or not any(self.diverged(n) for n in self.larger_neighbours(setting))
 
     def ranked(self, rounds: int) -> list[tuple]:
         """The settings run at ``rounds``, eligible ones only, best mean score first (ties: nearest the default)."""
@@ -286,6 +294,11 @@ def tune(specs: dict[str, Spec], seeds: list[int], score: Callable[[pd.DataFrame
             chosen = min((s for s in ranked if state.score(s, last) >= best - margin), key=state.key)
             if state.default in ranked and state.score(state.default, last) > state.score(chosen, last):
                 chosen = state.default  # never below the default (a tie within margin went to a farther setting)
+            unseen = [] if chosen == state.default else [n for n in state.larger_neighbours(chosen)
+                                                          if not state.ran(n, last) and not state.diverged(n)]
+            if unseen:  # the stability rule at the full horizon: a neighbour halving stopped early may diverge late
+                todo[m] = unseen
+                continue
             grid = state.grid
             edges = {n: (-1 if v == grid[n][0] else 1) for n, v in zip(state.names, chosen)
                      if len(grid[n]) > 2 and v in (grid[n][0], grid[n][-1])}

@@ -217,3 +217,29 @@ def test_warm_started_cg_reaches_the_same_optimum_in_fewer_cg_iterations(lsq32, 
         counts[solver] = products["count"]
         assert max(abs(exact - got.metric("objective_y").values) / abs(lsq32.optimum[1])) < 1e-8, solver
     assert counts["cg_warm"] < 0.5 * counts["cg"], counts
+
+
+def test_the_penalty_method_converges_to_its_own_fixed_point_not_the_optimum(lsq32):
+    """The control of Corollary 3.1's test ('penalty': CEADMM's exact solves with the multipliers held at zero). Its
+    fixed point, solved here in closed form: x_i = (w_i A_i'A_i + sigma_i I)^-1 (w_i A_i'b_i + sigma_i y) with
+    y = sum_i sigma_i x_i / sigma, one linear system in y. The run reaches it, and it is not x* (CEADMM's limit)."""
+    b = ClientBlocks.from_task(lsq32)
+    algo = fc.make("penalty")
+    sigma = algo.penalties(b, b.lipschitz())
+    n = b.a.shape[-1]
+    eye = torch.eye(n, dtype=torch.float64)
+    # each f_i is quadratic: grad f_i(x) = H_i x - c_i, read off the task's own gradient (autograd) at 0 and at e_j
+    zero = torch.zeros(lsq32.num_clients, n, dtype=torch.float64)
+    at_zero = _grads(lsq32, zero)
+    h = torch.stack([_grads(lsq32, zero + eye[j]) - at_zero for j in range(n)], dim=-1)  # [m, n, n]: H_i
+    w = lsq32.weights.double()
+    h, g = w[:, None, None] * h, -w[:, None] * at_zero                  # w_i H_i and w_i c_i
+    inverse = torch.linalg.inv(h + sigma[:, None, None] * eye)       # (w_i A_i'A_i + sigma_i I)^-1
+    # y = sum_i sigma_i M_i (g_i + sigma_i y) / sigma  =>  (sigma I - sum_i sigma_i^2 M_i) y = sum_i sigma_i M_i g_i
+    lhs = sigma.sum() * eye - torch.einsum("i,inm->nm", sigma**2, inverse)
+    rhs = torch.einsum("i,inm,im->n", sigma, inverse, g)
+    fixed = torch.linalg.solve(lhs, rhs)
+    run = fc.run(lsq32, algo, 3000, tol=1e-30, eval_every=500)
+    x_star = lsq32.optimum[0]
+    assert float((run.params.double() - fixed).norm() / fixed.norm()) < 1e-9
+    assert float((fixed - x_star.double()).norm() / x_star.norm()) > 1e-5  # the bias the multipliers remove (2.3e-4)

@@ -23,12 +23,13 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)
 
-# Unit tests (Flower included), every notebook under papermill with the smoke profile, the site and the report
-# checks; then nbval re-runs the executed notebooks and requires the marked outputs to come out identical
-# (determinism); then a smoke-sized subset of the committed figure runs is recomputed and compared (verify).
+# Unit tests (Flower included), every notebook under papermill with the smoke profile (one per core, as `make
+# reproduce` runs them), the site and the report checks; then nbval re-runs the executed notebooks, one pytest per
+# core, and requires the marked outputs to come out identical (determinism); then a smoke-sized subset of the
+# committed figure runs is recomputed and compared (verify).
 test: $(STAMP)
 	$(BIN)/pytest -q
-	$(BIN)/pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env build/executed
+	$(BIN)/python tests/nbval_parallel.py build/executed
 	$(BIN)/python -m fedcompanion.verify --subset smoke
 
 unit: $(STAMP)

@@ -3,19 +3,49 @@
 The executed copies land in ``build/executed/``; ``make test`` then re-runs them with nbval and
 requires the outputs marked ``# NBVAL_CHECK_OUTPUT`` to come out identical (determinism).
 """
+import os
+
 import pytest
 
-from fedcompanion.reproduce import ROOT, execute, notebooks
+from fedcompanion.reproduce import ROOT, default_parallel, execute, kernel_threads, notebooks
 
 SMOKE = {"profile": "smoke", "refresh": True, "results_dir": "build/test-results",
          "figures_dir": "build/test-figures"}
 
 
+def _executed_copy(notebook):
+    return ROOT / "build" / "executed" / notebook.relative_to(ROOT / "notebooks")
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(request):
+    """Every selected notebook executed under papermill with the smoke profile once, as `make reproduce` executes
+    them: as many at a time as the machine has cores (two on two), in kernels of their own, each with its share of
+    the threads. Maps each notebook to the error it raised (None: it ran)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    from fedcompanion.reproduce import _execute_timed
+
+    todo = [item.callspec.params["notebook"] for item in request.session.items
+            if item.originalname == "test_notebook_runs_with_smoke_profile"]
+    cpus = os.cpu_count() or 1
+    parallel = min(default_parallel(cpus), len(todo))
+    outcome = {}
+    with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(_execute_timed, nb, _executed_copy(nb), SMOKE, False, kernel_threads(parallel, cpus)):
+                   nb for nb in todo}
+        for future in as_completed(futures):
+            outcome[futures[future]] = future.exception()
+    return outcome
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", notebooks(), ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
-def test_notebook_runs_with_smoke_profile(notebook):
-    out = ROOT / "build" / "executed" / notebook.relative_to(ROOT / "notebooks")
-    execute(notebook, out, SMOKE, progress=False)
+def test_notebook_runs_with_smoke_profile(notebook, smoke_runs):
+    if smoke_runs[notebook] is not None:
+        raise smoke_runs[notebook]
+    out = _executed_copy(notebook)
     assert out.exists()
     import nbformat  # issue 46: the notebook shows its verdicts (record's output), not a path
 

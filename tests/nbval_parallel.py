@@ -9,6 +9,7 @@ smoke run printed them (determinism). Exits non-zero if any process failed, afte
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -17,15 +18,24 @@ from pathlib import Path
 THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+def cost(path: Path) -> float:
+    """A notebook's expected nbval time: the seconds its papermill run took (papermill records them in the executed
+    copy), else its size in MB."""
+    try:
+        return float(json.loads(path.read_text())["metadata"]["papermill"]["duration"])
+    except (KeyError, TypeError, ValueError):
+        return path.stat().st_size / 1e6
+
+
 def dealt(paths: list[Path], parallel: int) -> list[list[Path]]:
-    """The notebooks in ``parallel`` groups of about equal cost (by file size, a proxy for cells and outputs), the
-    largest dealt first to the lightest group."""
+    """The notebooks in ``parallel`` groups of about equal cost (:func:`cost`), the costliest dealt first to the
+    lightest group."""
     groups: list[list[Path]] = [[] for _ in range(parallel)]
-    load = [0] * parallel
-    for path in sorted(paths, key=lambda p: -p.stat().st_size):
+    load = [0.0] * parallel
+    for path in sorted(paths, key=lambda p: -cost(p)):
         k = load.index(min(load))
         groups[k].append(path)
-        load[k] += path.stat().st_size
+        load[k] += cost(path)
     return [g for g in groups if g]
 
 

@@ -89,3 +89,13 @@ def test_gradient_norm_sq_is_the_squared_norm_of_the_weighted_client_gradients(l
     grad = sum(float(task.weights[i]) * (a.T @ (a @ x - b) / len(b) + 0.3 * x)
                for i, (a, b) in enumerate(task.client_data(i) for i in range(4)))
     assert gradient_norm_sq(task, None)(x) == pytest.approx(float(grad @ grad), rel=1e-13)
+
+
+def test_rounds_to_a_target_counts_the_first_round_after_the_start():
+    from fedcompanion.experiments import rounds_to
+
+    rounds, accuracy = [20, 0, 10, 30], [0.8, 0.9, 0.5, 0.95]  # out of order; the start already above the target
+    assert rounds_to(rounds, accuracy, 0.8) == 20.0       # not 0 (the start), not 30 (later)
+    assert rounds_to(rounds, accuracy, 0.99) != rounds_to(rounds, accuracy, 0.99)  # NaN: never reached
+    assert rounds_to([0, 5, 10], [1.0, 0.2, 0.04], 0.05, "lower") == 10.0   # strictly below, where lower is better
+    assert rounds_to([0, 5, 10], [1.0, 0.05, 0.04], 0.05, "lower") == 10.0

@@ -18,6 +18,7 @@ from .analysis import (
     initial_values,
     per_seed_evidence,
     round_zero,
+    rounds_to,
     stopped_early,
     summarize,
     timings,
@@ -36,5 +37,6 @@ __all__ = [
     "build_task", "computed", "config_columns", "early_values", "final_score", "initial_values", "is_cached",
     "load_params", "load_result",
     "log_grid", "mean_score", "per_seed_evidence", "read_history", "register_metric", "register_task", "round_zero",
+    "rounds_to",
     "run_config", "stopped_early", "store", "summarize", "sweep", "timings", "tune", "untrained_control",
 ]

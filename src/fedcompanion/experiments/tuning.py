@@ -15,8 +15,9 @@
   by default the hyperparameters named ``lr`` or ``*_lr``) did not diverge on any tuning seed, at any rung it ran.
   So the choice is never the last step before a divergence (the edge of stability). Before a setting is chosen, its
   larger neighbours are run to the full horizon too (halving may have stopped them at a rung before they diverged):
-  the choice is then the one the full grid would make wherever the full grid's choice reached the last rung. The default is exempt: it is
-  removed only if it diverged itself (the paper's or the authors' setting is never ruled out by a neighbour).
+  the choice is then the one the full grid would make wherever the full grid's choice reached the last rung. The
+  default is exempt: it is removed only if it diverged itself (the paper's or the authors' setting is never ruled
+  out by a neighbour).
 * Choice: the best eligible mean score at the last rung; settings within ``margin`` of it count as tied and the one
   closest to the default (in log distance) is taken. Never below the default: where the default finished every
   tuning seed at the full horizon and scores better than that choice, the default is chosen (and a choice below it

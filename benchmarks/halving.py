@@ -1,7 +1,8 @@
-"""Does successive halving choose what the full grid chooses? Fig. 3's tuning (notebook fedvra/04, uniform weights)
-both ways, at the evaluation horizon and on the same tuning seeds.
+"""Does successive halving choose what the full grid chooses? Fig. 3's tuning (notebook fedvra/04, uniform weights),
+or an arena task's (notebook 92, ``--arena mnist-dirichlet``), both ways, at the evaluation horizon and on the same
+tuning seeds.
 
-    python benchmarks/halving.py [--results results] [--scratch build/halving-results] [--jobs 2]
+    python benchmarks/halving.py [--arena TASK] [--results results] [--scratch build/halving-results] [--jobs 2]
 
 ``tune(rungs=3, eta=3)`` (what the notebook runs: every setting 10 rounds, the best third 20, the best of those and
 the default all 40) against ``tune(rungs=1)`` (every setting of the 3 x 3 grid for all 40 rounds on both tuning seeds).
@@ -49,8 +50,22 @@ def specs() -> dict[str, Spec]:
     return out
 
 
+def arena_specs(task: str):
+    """The arena's tuning of every method on ``task`` as notebook 92 runs it (its paper profile): the specs, the tuning
+    and evaluation seeds, the score."""
+    from fedcompanion import arena
+    from fedcompanion.experiments import final_score
+
+    plan = arena.Plan(rounds=30, seeds=tuple(range(8)), tune_seeds=(100, 101))
+    t = arena.TASKS[task]
+    sign = 1.0 if t.better == "higher" else -1.0
+    return (arena.specs(t, list(arena.METHODS), plan), list(plan.tune_seeds), list(plan.seeds),
+            lambda frame: sign * final_score(t.metric)(frame))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arena", default="", help="an arena task (e.g. mnist-dirichlet) instead of Fig. 3")
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--scratch", type=Path, default=Path("build/halving-results"))
     parser.add_argument("--jobs", type=int, default=2)
@@ -61,16 +76,20 @@ def main() -> None:
             if f.is_file():
                 os.link(f, args.scratch / f.name)
         shutil.copytree(args.results / "summaries", args.scratch / "summaries")
-    score = mean_score("test_accuracy")
-    halving = tune(specs(), TUNE_SEEDS, score, args.scratch, evaluation_seeds=SEEDS, jobs=args.jobs)
-    full = tune(specs(), TUNE_SEEDS, score, args.scratch, evaluation_seeds=SEEDS, jobs=args.jobs, rungs=1)
+    if args.arena:
+        made, tune_seeds, seeds, score = arena_specs(args.arena)
+    else:
+        made, tune_seeds, seeds, score = specs(), TUNE_SEEDS, SEEDS, mean_score("test_accuracy")
+    halving = tune(made, tune_seeds, score, args.scratch, evaluation_seeds=seeds, jobs=args.jobs)
+    full = tune(made, tune_seeds, score, args.scratch, evaluation_seeds=seeds, jobs=args.jobs, rungs=1)
     print("| method | successive halving: choice | its score | full grid: choice | its score | difference | "
           "rounds: halving / full |")
     print("|---|---|---|---|---|---|---|")
-    for m in METHODS:
+    for m in made:
         h, f = halving[m], full[m]
         at = f.table().set_index(list(f.grid)).score  # every setting's full-horizon score
-        h_full = float(at.loc[tuple(h.setting[k] for k in f.grid)])
+        key = tuple(h.setting[k] for k in f.grid) if len(f.grid) > 1 else h.setting[next(iter(f.grid))]
+        h_full = float(at.loc[key]) if key in at.index else float("nan")  # nan: outside the full grid's search
         print(f"| {m} | {h.setting} | {h_full:.4f} | {f.setting} | {f.score:.4f} | {h_full - f.score:+.4f} | "
               f"{h.rounds_run} / {f.rounds_run} |")
 

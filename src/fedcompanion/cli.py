@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ring.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="evaluation seeds")
     ring.add_argument("--tune-seeds", nargs="+", type=int, default=[100, 101], help="tuning seeds (disjoint)")
     ring.add_argument("--rounds", type=int, default=30)
-    ring.add_argument("--rungs", type=int, default=3, help="successive-halving rungs of the tuning (1: full grid)")
+    ring.add_argument("--rungs", type=int, default=1, help="successive-halving rungs of the tuning (1: full grid)")
     ring.add_argument("--results", default="results")
     ring.add_argument("--jobs", type=int, default=None, help="parallel processes (default: CPU count)")
     ring.add_argument("--refresh", action="store_true", help="ignore cached results")

@@ -11,10 +11,9 @@ None of the three papers compares its method with the other two. The arena does,
 * **Tuning** (:func:`fedcompanion.experiments.tune`, the protocol of every notebook): a 3 x 3 log grid one decade
   wide in both, every setting on two tuning seeds disjoint from the evaluation seeds, scored like the evaluation
   (the task's metric at the last round of a ``rounds``-long run), over the full grid at that horizon (``plan.rungs``
-  = 1; more rungs tune by successive halving, the best third going on, which on MNIST shards took faster starters
-  than the full grid's choice); a setting at which a tuning seed diverged, or whose next larger learning rate did, is
-  never chosen; a choice at a grid edge extends that grid. So every method gets the same protocol and budget,
-  unless an edge extends its grid.
+  = 1; more rungs: successive halving, which on MNIST took faster starters than the full grid's); a setting at
+  which a tuning seed diverged, or whose next larger learning rate did, is never chosen; a choice at a grid edge
+  extends that grid. So every method gets the same protocol and budget, unless an edge extends its grid.
 * **Evaluation**: the tuned setting on every evaluation seed (a seed fixes the split, the sampled clients per
   round and the initial model: the methods are paired by seed). Per method and seed: the metric at the last round,
   the rounds to the task's target, the bytes each client uploads per round, and the spread (std) and worst 10% of
@@ -99,8 +98,7 @@ class Plan:
     """The budget every method gets: rounds, clients per round, local work, seeds and the tuning grid."""
 
     rounds: int = 30
-    rungs: int = 1  # the full grid: successive halving (3 rungs) chose a faster starter than the full grid's choice
-    # for 6 of 14 methods on MNIST shards, up to 0.052 lower at 30 rounds (docs/benchmarks.md), for half the rounds
+    rungs: int = 1  # the full grid: halving took faster starters, up to 0.052 lower (docs/benchmarks.md)
     clients_per_round: int = 10
     local_steps: int = 10
     batch_size: int = 32

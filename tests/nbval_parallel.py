@@ -32,10 +32,11 @@ def dealt(paths: list[Path], parallel: int) -> list[list[Path]]:
     lightest group."""
     groups: list[list[Path]] = [[] for _ in range(parallel)]
     load = [0.0] * parallel
-    for path in sorted(paths, key=lambda p: -cost(p)):
+    costs = {path: cost(path) for path in paths}  # each executed notebook read once
+    for path in sorted(paths, key=lambda p: -costs[p]):
         k = load.index(min(load))
         groups[k].append(path)
-        load[k] += cost(path)
+        load[k] += costs[path]
     return [g for g in groups if g]
 
 

@@ -17,7 +17,7 @@ LAYERS = [  # lowest first; a name covers a module or a subpackage and everythin
     ["driver"],
     ["experiments"],
     ["arena", "verify", "notebook", "flower", "timings", "claims"],
-    ["report", "rekey", "prune"],
+    ["report", "rekey", "prune", "evidence"],
     ["reproduce", "cli", "site"],
 ]
 

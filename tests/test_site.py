@@ -131,7 +131,7 @@ def test_every_notebook_page_shows_its_verdicts_as_a_table(site):
     import re
 
     recording = [p for p in sorted((ROOT / "notebooks").rglob("*.ipynb"))
-                 if re.search(r"^record\(", "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
+                 if re.search(r"^record\(", "\n".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
                                                      if c["cell_type"] == "code"), re.M)]
     assert len(recording) >= 15
     for nb in recording:

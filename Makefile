@@ -30,7 +30,7 @@ env: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -q
 	$(BIN)/python tests/nbval_parallel.py build/executed
-	$(BIN)/python -m fedcompanion.verify --subset smoke
+	$(BIN)/python -m fedcompanion.reproduction.verify --subset smoke
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not notebook"
@@ -41,14 +41,14 @@ check: $(STAMP)
 	$(BIN)/pytest -q -m "not notebook and not flower and not slow"
 
 reproduce: $(STAMP)
-	$(BIN)/python -m fedcompanion.reproduce --profile paper
+	$(BIN)/python -m fedcompanion.reproduction.reproduce --profile paper
 
 # The arena (notebooks/92_arena.ipynb): every engine algorithm on three tasks under one tuning budget; AdaFedAdam's
 # ablation under the same protocol (adafedadam/06_ablation), FedVRA's robustness and its stepsize rules at the arena's
 # tuned settings (fedvra/07_robustness, fedvra/08_stepsize_rules). Their own target: their runs would take
 # `make reproduce` past its time budget.
 arena: $(STAMP)
-	$(BIN)/python -m fedcompanion.reproduce --profile paper --only 92_arena --only adafedadam/06_ablation \
+	$(BIN)/python -m fedcompanion.reproduction.reproduce --profile paper --only 92_arena --only adafedadam/06_ablation \
 		--only fedvra/07_robustness --only fedvra/08_stepsize_rules
 
 # The papers' claims beyond the reproduction's budget: CEADMM and ICEADMM without convexity, the sweeps over the
@@ -56,32 +56,32 @@ arena: $(STAMP)
 # form of FedVRA's two-block extension (notebooks/fedvra/09_semi_supervised). One notebook at a time, each with every
 # core for its sweeps: side by side, each would keep one sweep process, and one core would idle once fedvra/09 ends.
 extended: $(STAMP)
-	$(BIN)/python -m fedcompanion.reproduce --profile paper --parallel 1 --only ceadmm/02_beyond_convexity \
+	$(BIN)/python -m fedcompanion.reproduction.reproduce --profile paper --parallel 1 --only ceadmm/02_beyond_convexity \
 		--only fedvra/09_semi_supervised
 
 # AdaFedAdam's setting A (the authors': 5 clients, full participation) at the paper's 200 rounds: notebook 3 whole (the
 # speed and fairness claims in A and B) and notebook 4 whole (the alpha front in A and B). `make reproduce` runs their
 # setting B alone; one round of A processes all 48,000 training images. One notebook at a time, with every core.
 setting-a: $(STAMP)
-	$(BIN)/python -m fedcompanion.reproduce --profile paper --parallel 1 --only adafedadam/03_adafedadam \
+	$(BIN)/python -m fedcompanion.reproduction.reproduce --profile paper --parallel 1 --only adafedadam/03_adafedadam \
 		--only adafedadam/04_fairness_front
 
 reproduce-smoke: $(STAMP)
-	$(BIN)/python -m fedcompanion.reproduce --profile smoke
+	$(BIN)/python -m fedcompanion.reproduction.reproduce --profile smoke
 
 # Recompute committed figure runs from scratch and compare with results/ (exact, or within the stated tolerance).
 verify: $(STAMP)
-	$(BIN)/python -m fedcompanion.verify --subset smoke
+	$(BIN)/python -m fedcompanion.reproduction.verify --subset smoke
 
 verify-figures: $(STAMP)
-	$(BIN)/python -m fedcompanion.verify --subset figures
+	$(BIN)/python -m fedcompanion.reproduction.verify --subset figures
 
 html: $(STAMP)
-	$(BIN)/python -m fedcompanion.site --paper
+	$(BIN)/python -m fedcompanion.reproduction.site --paper
 
 # docs/screenshots/: the built site's front page, a notebook page and the report, in headless Chromium (offline)
 screenshots: html
-	$(BIN)/python -m fedcompanion.site --screenshots
+	$(BIN)/python -m fedcompanion.reproduction.site --screenshots
 
 # JupyterLab on notebooks/ with the project's kernel; as root (containers, CI images) it needs --allow-root.
 # Options pass through: `make lab ARGS="--no-browser --port 8899"`.

@@ -29,7 +29,7 @@ import torch
 
 import fedcompanion as fc
 from fedcompanion.algorithms.admm_blocks import ClientBlocks
-from fedcompanion.machine import default_threads
+from fedcompanion.infra.machine import default_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = {

@@ -39,7 +39,7 @@ import torch
 
 import fedcompanion as fc
 from fedcompanion.engine import batch_indices
-from fedcompanion.machine import describe
+from fedcompanion.infra.machine import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,10 +3,10 @@ then the site, on a fresh clone of this checkout's HEAD; and whether that leaves
 
     python benchmarks/fresh_clone.py [--keep DIR] [--record]
 
-It clones HEAD into a temporary folder (or ``--keep DIR``), runs ``python -m fedcompanion.site --paper`` there with
-this checkout's interpreter and the clone's own ``src/`` first on the path (the same command `make html` runs), and
-prints each notebook's wall time (from the progress lines ``[k/n] NAME done in S s``), the whole command's time,
-and the files it modified (``git status --porcelain``: there should be none). ``--record`` writes the times into
+It clones HEAD into a temporary folder (or ``--keep DIR``), runs ``python -m fedcompanion.reproduction.site --paper``
+there with this checkout's interpreter and the clone's own ``src/`` first on the path (the same command `make html`
+runs), and prints each notebook's wall time (from the progress lines ``[k/n] NAME done in S s``), the whole command's
+time, and the files it modified (``git status --porcelain``: there should be none). ``--record`` writes the times into
 this checkout's ``results/summaries/_timings.json`` (``warm``), from which README's notebook table takes its second
 time. The machine is named beside them; the notebooks run two at a time on 2 cores, as in `make reproduce`.
 """
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": str(work / "src"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "fedcompanion.site", "--paper"], cwd=work, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    done = subprocess.run([sys.executable, "-m", "fedcompanion.reproduction.site", "--paper"], cwd=work, env=env,
+                          text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     elapsed = time.perf_counter() - start
     print(done.stdout[-3000:])
     times = notebook_times(done.stdout)
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     print("git status after it:", "clean" if not status.strip() else "\n" + status)
     if args.record and done.returncode == 0:
         sys.path.insert(0, str(ROOT / "src"))
-        from fedcompanion.timings import write_warm
+        from fedcompanion.reproduction.timings import write_warm
 
         write_warm(ROOT / "results", times, notebooks_s, elapsed - notebooks_s)
         print("recorded in results/summaries/_timings.json (warm)")

@@ -53,8 +53,8 @@ def specs() -> dict[str, Spec]:
 def arena_specs(task: str):
     """The arena's tuning of every method on ``task`` as notebook 92 runs it (its paper profile): the specs, the tuning
     and evaluation seeds, the score."""
-    from fedcompanion import arena
     from fedcompanion.experiments import final_score
+    from fedcompanion.reproduction import arena
 
     plan = arena.Plan(rounds=30, seeds=tuple(range(8)), tune_seeds=(100, 101))
     t = arena.TASKS[task]

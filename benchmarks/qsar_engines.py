@@ -18,7 +18,7 @@ import torch
 
 from fedcompanion.experiments import ExperimentConfig
 from fedcompanion.experiments.runner import run_config
-from fedcompanion.machine import describe
+from fedcompanion.infra.machine import describe
 
 ENGINES = ("batched", "batched-clientwise", "batched-products", "loop")
 

@@ -131,7 +131,7 @@ def write_page(table: pd.DataFrame, arguments: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedcompanion.machine import describe
+    from fedcompanion.infra.machine import describe
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for (algorithm, m), group in table.groupby(["algorithm", "m"]):

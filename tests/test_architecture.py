@@ -1,25 +1,28 @@
 """The package's layers, read from its own imports (the same reader as the cache's fingerprint).
 
-A module imports only modules of its own layer or a lower one; the engines and the algorithms never import each other
-(both meet in the protocol, and the driver stands above them); no module is longer than 400 lines."""
+The folders draw the architecture: ``infra/`` (files, processes, the machine, logs, the code's fingerprint) at the
+bottom, the federated-learning core at the package root (the protocol, losses, models, the engines, the algorithms,
+the driver, tasks, data, experiments, Flower), and ``reproduction/`` on top (the papers' declarations, the verdict
+rule, the claims and their evidence, figures, the report, the site, reproduce, verify). A folder never imports one
+above it: infra imports nothing of the package's, the core never imports ``reproduction/``; only the public face
+(the package's ``__init__`` and its command line) may reach every folder. Within each folder, a module imports only
+modules of its own layer or a lower one; the engines and the algorithms never import each other (both meet in the
+protocol, and the driver stands above them); no module is longer than 400 lines."""
 from __future__ import annotations
 
 import pytest
 
-from fedcompanion import fingerprint
+from fedcompanion.infra import fingerprint
 
-LAYERS = [  # lowest first; a name covers a module or a subpackage and everything in it
-    ["protocol", "validation", "definitions", "fingerprint", "memory", "metrics", "machine", "atomic", "verdict",
-     "decision", "registry", "logs", "processes", "papers", "tolerance"],
-    ["data", "losses", "models", "engine"],
-    ["tasks", "plots"],
-    ["algorithms", "forest"],
-    ["driver"],
-    ["experiments"],
-    ["arena", "verify", "notebook", "flower", "timings", "claims"],
-    ["report", "rekey", "prune", "evidence"],
-    ["reproduce", "cli", "site"],
-]
+FOLDERS = ["infra", "core", "reproduction"]  # lowest first
+FACE = {"cli"}  # the command line: the public face, above every folder
+LAYERS = {  # within a folder, lowest first; a name covers a module or a subpackage and everything in it
+    "infra": [["atomic", "definitions", "logs", "machine", "memory", "processes"], ["fingerprint"]],
+    "core": [["protocol", "validation", "registry", "metrics"], ["data", "losses", "models", "engine"], ["tasks"],
+             ["algorithms"], ["driver", "settings"], ["experiments"], ["flower"]],
+    "reproduction": [["papers", "rule"], ["plots"], ["verdict_figures", "claims", "notebook", "timings", "verify",
+                                                      "arena"], ["report", "rekey", "prune"], ["reproduce", "site"]],
+}
 
 
 def _modules() -> list[str]:
@@ -33,13 +36,24 @@ def _modules() -> list[str]:
     return out
 
 
-def layer(module: str) -> int:
-    """The layer of ``module`` (a name relative to the package)."""
+def folder(module: str) -> str:
+    """The folder of ``module`` (a name relative to the package): ``infra``, ``reproduction``, or ``core``."""
     head = module.split(".")[0]
-    for level, names in enumerate(LAYERS):
-        if head in names:
-            return level
-    raise AssertionError(f"{module} is on no layer: add it to LAYERS")
+    return head if head in ("infra", "reproduction") else "face" if head in FACE else "core"
+
+
+def layer(module: str) -> tuple[int, int]:
+    """(folder, layer within it) of ``module``: an import may only go to a smaller or equal pair."""
+    where = folder(module)
+    if where == "face":
+        return len(FOLDERS), 0
+    inner = module.split(".")[1] if where != "core" and "." in module else module.split(".")[0]
+    if inner in ("infra", "reproduction"):  # the folder's own face (its __init__)
+        return FOLDERS.index(where), 0
+    for level, names in enumerate(LAYERS[where]):
+        if inner in names:
+            return FOLDERS.index(where), level
+    raise AssertionError(f"{module} is on no layer of {where}/: add it to LAYERS")
 
 
 def _imports(module: str) -> set[str]:
@@ -50,7 +64,17 @@ def _imports(module: str) -> set[str]:
 @pytest.mark.parametrize("module", _modules())
 def test_no_module_imports_a_higher_layer(module):
     above = sorted(m for m in _imports(module) if layer(m) > layer(module))
-    assert not above, f"{module} (layer {layer(module)}) imports {above} from a higher layer"
+    assert not above, f"{module} {layer(module)} imports {above} from a higher layer"
+
+
+@pytest.mark.parametrize("module", [m for m in _modules() if folder(m) == "core"])
+def test_the_core_never_imports_reproduction(module):
+    assert not {m for m in _imports(module) if folder(m) == "reproduction"}, module
+
+
+def test_the_package_root_holds_only_the_core_and_the_public_face():
+    root = {p.stem for p in fingerprint.ROOT.glob("*.py")} - {"__init__"}
+    assert root == {"protocol", "validation", "registry", "metrics", "losses", "models", "settings", "driver", "cli"}
 
 
 def test_engines_and_algorithms_do_not_import_each_other():
@@ -64,6 +88,9 @@ def test_the_layer_reader_sees_an_upward_import():
     # the driver imports the algorithms' base: were the driver below them, the test above would fail
     assert "algorithms.base" in _imports("driver") and layer("algorithms.base") < layer("driver")
     assert "driver" in _imports("experiments.runner")
+    # across folders: the report reads the claims (reproduction), the cache writes through infra
+    assert layer("infra.atomic") < layer("experiments.cache") < layer("reproduction.report")
+    assert "infra.atomic" in _imports("experiments.cache")
 
 
 @pytest.mark.parametrize("module", _modules())

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedcompanion import arena, cli
-from fedcompanion.report import Summary, _inside, shown_arena
-from fedcompanion.reproduce import ROOT, part, selected
+from fedcompanion import cli
+from fedcompanion.reproduction import arena
+from fedcompanion.reproduction.report import Summary, _inside, shown_arena
+from fedcompanion.reproduction.reproduce import ROOT, part, selected
 from fedcompanion.validation import ConfigError
 
 SEEDS = [0, 1, 2, 3, 4]
@@ -165,17 +166,20 @@ def test_make_reproduce_runs_adafedadams_setting_b_and_make_setting_a_the_whole_
 def test_a_parts_summary_is_shown_only_where_its_whole_notebooks_is_not(tmp_path):
     """The report, the site and README count each claim once: a part's summary gives way to its whole notebook's.
     Wrong: both kept (every claim of notebook 3 twice); the whole dropped; pruning that forgets the part's runs."""
-    from fedcompanion.claims import Claim, load_summaries, record, whole_of
-    from fedcompanion.prune import orphans
-    from fedcompanion.report import wall_time
-    from fedcompanion.verdict import Evidence
+    from fedcompanion.reproduction.claims.record import Claim, load_summaries, record, whole_of
+    from fedcompanion.reproduction.prune import orphans
+    from fedcompanion.reproduction.report import wall_time
+    from fedcompanion.reproduction.rule.item import Evidence
 
     assert whole_of("adafedadam/03_adafedadam-b") == "adafedadam/03_adafedadam"
     assert whole_of("92_arena-qsar") == "92_arena" and whole_of("00_tour") == "00_tour"
     seconds = {"adafedadam/03_adafedadam-b": 372.0, "00_tour": 5.0, "adafedadam/03_adafedadam-bx-c": 1.0}
     assert wall_time("adafedadam/03_adafedadam", seconds) == (372.0, "adafedadam/03_adafedadam-b")  # its part's
     assert wall_time("00_tour", seconds) == (5.0, None) and wall_time("adafedadam/04_fairness_front", seconds) is None
-    from fedcompanion.timings import read_timings, write_timings  # a whole reproduction keeps only its own names:
+    from fedcompanion.reproduction.timings import (  # a whole reproduction keeps only its own names:
+        read_timings,
+        write_timings,
+    )
     write_timings(tmp_path / "t", {"adafedadam/03_adafedadam": 774.0})  # an earlier one, the notebook run whole
     write_timings(tmp_path / "t", {"adafedadam/03_adafedadam-b": 372.0}, elapsed=9.0, parallel=2,
                   only={"adafedadam/03_adafedadam-b"})

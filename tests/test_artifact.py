@@ -8,8 +8,8 @@ import pytest
 
 from fedcompanion import cli
 from fedcompanion.experiments import ExperimentConfig, sweep
-from fedcompanion.report import README_END, README_START, load_summaries, render, verdict_counts
-from fedcompanion.timings import read_timings
+from fedcompanion.reproduction.report import README_END, README_START, load_summaries, render, verdict_counts
+from fedcompanion.reproduction.timings import read_timings
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -31,7 +31,7 @@ def test_readme_verdict_summary_is_generated_from_the_same_files():
 def test_readmes_wall_time_column_is_the_last_reproductions():
     """The notebook table's last column is generated from _timings.json (fedcompanion report rewrites it): the cold
     time and, measured on a fresh clone (benchmarks/fresh_clone.py), the time from the committed results."""
-    from fedcompanion.report import with_costs
+    from fedcompanion.reproduction.report import with_costs
 
     text = (ROOT / "README.md").read_text()
     timings = read_timings(RESULTS)
@@ -47,7 +47,7 @@ def test_readme_is_a_front_door():
     for needed in ("## Prerequisites", "make env", "source .venv/bin/activate", "make lab", "make reproduce",
                    "make test", "## Notebooks", "@software{", "REPRODUCTION.md"):
         assert needed in text, needed
-    from fedcompanion.reproduce import notebooks, reading_order
+    from fedcompanion.reproduction.reproduce import notebooks, reading_order
 
     order = [p.relative_to(ROOT / "notebooks").with_suffix("").as_posix() for p in reading_order(notebooks())]
     positions = [text.index(f"`{name}`") for name in order]
@@ -58,7 +58,7 @@ def test_the_readmes_run_by_column_is_what_the_make_targets_run():
     """Each notebook's row names the target that executes it at the paper profile (`make reproduce` runs
     ``reproduce.selected("", "paper")``; the others are ``OWN_TARGET``'s); a notebook moved between targets without
     the README following fails here."""
-    from fedcompanion.reproduce import OWN_TARGET, PART_IN_REPRODUCE, notebooks, selected
+    from fedcompanion.reproduction.reproduce import OWN_TARGET, PART_IN_REPRODUCE, notebooks, selected
 
     text = (ROOT / "README.md").read_text()
     in_reproduce = set(selected("", "paper"))
@@ -93,7 +93,7 @@ def test_every_claim_carries_a_control_its_test_rejects(claim_id):
     training) in the method's place for a paired "faster", "more accurate" or "robust" claim, plain averaging for
     "restores the minimax approach", total iterations for "fewer rounds", another run of the same method for "much
     less time"."""
-    from fedcompanion.decision import rejected
+    from fedcompanion.reproduction.rule.claim import rejected
 
     for claim in (c for s in load_summaries(RESULTS) for c in s.claims if c.id == claim_id):
         if all(e.kind == "untestable" for e in claim.evidence):  # nothing run: the reason instead of a control
@@ -192,7 +192,7 @@ def test_cli_names_bad_config_keys(tmp_path, capsys, text, message):
 
 
 def test_wall_times_are_recorded_only_from_an_empty_cache(tmp_path):
-    from fedcompanion.reproduce import from_empty_cache
+    from fedcompanion.reproduction.reproduce import from_empty_cache
 
     assert from_empty_cache(tmp_path)
     (tmp_path / "summaries").mkdir()
@@ -213,7 +213,7 @@ def test_wall_times_are_recorded_only_from_an_empty_cache(tmp_path):
 
 def test_the_report_lists_the_platform_that_computed_each_run(tmp_path):
     """Issue 28's newcomer item: a reproduction that reads runs computed elsewhere says so (per-run provenance)."""
-    from fedcompanion.report import provenance
+    from fedcompanion.reproduction.report import provenance
 
     def run(name, cpu, torch_version):
         platform = {"cpu": cpu, "cpu_capability": "AVX512", "blas": "MKL 2024.2", "torch": torch_version}
@@ -228,9 +228,10 @@ def test_the_report_lists_the_platform_that_computed_each_run(tmp_path):
 
 
 def test_every_committed_run_is_read_by_a_notebook():
-    """Each summary lists the runs its notebook read, and results/ holds no other (`python -m fedcompanion.prune
+    """Each summary lists the runs its notebook read, and results/ holds no other (`python -m
+    fedcompanion.reproduction.prune
     --delete` removes them): a run from an abandoned grid would otherwise ride along in every clone."""
-    from fedcompanion.prune import orphans
+    from fedcompanion.reproduction.prune import orphans
 
     assert orphans(RESULTS) == []
 

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion import arena, decision, verdict
 from fedcompanion.data import DataError
 from fedcompanion.experiments import ExperimentConfig, Spec, log_grid, sweep, tune
+from fedcompanion.reproduction import arena
+from fedcompanion.reproduction.rule import claim as decision
+from fedcompanion.reproduction.rule import item as verdict
 from fedcompanion.validation import ConfigError
 
 
@@ -332,20 +334,20 @@ def test_a_huge_loss_is_divergence_not_ok(lsq4):
 
 
 def test_reproduce_only_matching_nothing_fails():
-    from fedcompanion.reproduce import main
+    from fedcompanion.reproduction.reproduce import main
 
     assert main(["--only", "no-such-notebook"]) != 0
 
 
 def test_reproduce_parallel_must_be_positive(capsys):
-    from fedcompanion.reproduce import main
+    from fedcompanion.reproduction.reproduce import main
 
     assert main(["--parallel", "0"]) == 2
     assert "--parallel must be >= 1" in capsys.readouterr().err
 
 
 def test_reproduce_schedules_the_longest_notebooks_first():
-    from fedcompanion.reproduce import ROOT, longest_first
+    from fedcompanion.reproduction.reproduce import ROOT, longest_first
 
     nbs = [ROOT / "notebooks" / name for name in ("00_tour.ipynb", "fedvra/03_x.ipynb", "new.ipynb", "a/b.ipynb")]
     previous = {"00_tour": 120.0, "fedvra/03_x": 240.0, "a/b": 15.0}
@@ -354,26 +356,26 @@ def test_reproduce_schedules_the_longest_notebooks_first():
 
 
 def test_reproduce_shares_the_cores_between_kernels():
-    from fedcompanion.reproduce import kernel_threads
+    from fedcompanion.reproduction.reproduce import kernel_threads
 
     assert kernel_threads(1, 2) is None  # one at a time: the libraries' defaults
     assert (kernel_threads(2, 2), kernel_threads(2, 16), kernel_threads(4, 2)) == (1, 8, 1)
 
 
 def test_reproduce_gives_each_notebook_its_share_of_sweep_processes():
-    from fedcompanion.reproduce import sweep_jobs
+    from fedcompanion.reproduction.reproduce import sweep_jobs
 
     assert (sweep_jobs(1, 2), sweep_jobs(2, 2), sweep_jobs(4, 16), sweep_jobs(4, 2)) == (2, 1, 4, 1)
 
 
 def test_reproduce_default_runs_a_notebook_per_core_on_small_machines_and_per_two_cores_on_larger():
-    from fedcompanion.reproduce import default_parallel
+    from fedcompanion.reproduction.reproduce import default_parallel
 
     assert [default_parallel(c) for c in (1, 2, 3, 4, 16)] == [1, 2, 3, 2, 8]
 
 
 def test_reproduce_passes_jobs_only_to_the_notebooks_that_declare_it():
-    from fedcompanion.reproduce import ROOT, declared_parameters, notebook_parameters, notebooks
+    from fedcompanion.reproduction.reproduce import ROOT, declared_parameters, notebook_parameters, notebooks
 
     declaring = {nb.relative_to(ROOT / "notebooks").as_posix() for nb in notebooks()
                  if "jobs" in declared_parameters(nb)}

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import fedcompanion as fc
-from fedcompanion import fingerprint as fp
 from fedcompanion.engine import ENGINES, probe_loop, train_loop
 from fedcompanion.experiments import ExperimentConfig
-from fedcompanion.verify import _config, _stored
+from fedcompanion.infra import fingerprint as fp
+from fedcompanion.reproduction.verify import _config, _stored
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -74,6 +74,17 @@ def scratch(tmp_path):
 def test_adding_a_function_to_the_partition_module_leaves_every_committed_run_valid(committed, scratch):
     valid, total = _still_valid(committed, scratch, "data/partition.py", "\ndef label_counts(",
                                 "\ndef unused_helper(x):\n    return x + 1\n\n\ndef label_counts(")
+    assert valid == total
+
+
+@pytest.mark.parametrize("rel", ["driver.py", "settings.py", "infra/machine.py", "algorithms/fedvra.py",
+                                 "engine/batched.py", "tasks/core.py", "data/loaders.py", "experiments/runner.py",
+                                 "flower/core.py", "reproduction/rule/item.py"])
+def test_an_unused_function_in_any_folder_leaves_every_committed_run_valid(committed, scratch, rel):
+    """One module per folder. The runner was a root as a whole module: a helper added there invalidated every run
+    (with ``code_roots`` naming the module again, the runner's case fails); the root is now ``run_config``."""
+    text = (scratch / rel).read_text()
+    valid, total = _still_valid(committed, scratch, rel, text, text + "\n\ndef unused_helper(x):\n    return x + 1\n")
     assert valid == total
 
 
@@ -362,3 +373,60 @@ def test_a_main_scripts_algorithm_task_and_metric_reach_two_workers(tmp_path):
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().splitlines()[-1] == "['ok', 'ok', 'ok'] 3", done.stdout
+
+
+def test_a_users_model_runs_from_a_sweep_with_two_jobs_and_its_code_is_in_the_key(tmp_path):
+    """A model registered in a user's file (``fc.register_model``) runs from a config with jobs=2; a new process
+    finds its runs cached; an edit of the model's code changes their key (the registry is opaque to the fingerprint,
+    so the key adds the entry a config names: without that root, the edit would serve the old runs)."""
+    (tmp_path / "mymodel.py").write_text(textwrap.dedent("""
+        import torch
+        import fedcompanion as fc
+
+        WIDTH = 8
+
+
+        @fc.register_model("tiny-mlp")
+        def tiny(in_features, num_classes, **options):
+            return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(in_features, WIDTH), torch.nn.ReLU(),
+                                       torch.nn.Linear(WIDTH, num_classes))
+        """))
+    out = tmp_path / "out"
+    script = tmp_path / "go.py"
+    script.write_text(textwrap.dedent(f"""
+        import mymodel  # noqa: F401  (registers tiny-mlp)
+        from fedcompanion.experiments import ExperimentConfig, is_cached, sweep
+
+        if __name__ == "__main__":
+            configs = [ExperimentConfig(task="synthetic", task_args=dict(num_clients=4, model="tiny-mlp"), rounds=2,
+                                        clients_per_round=2, lr=0.1, seed=s) for s in range(3)]
+            cached = [is_cached(c, {str(out)!r}) for c in configs]
+            runs = sweep(configs, {str(out)!r}, jobs=2, progress=False).attrs["runs"]
+            print(cached, sorted(runs.status))
+        """))
+    import subprocess
+
+    def go():
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    assert go() == "[False, False, False] ['ok', 'ok', 'ok']"
+    assert go() == "[True, True, True] ['ok', 'ok', 'ok']"  # a new process: every run from the cache
+    (tmp_path / "mymodel.py").write_text((tmp_path / "mymodel.py").read_text().replace("WIDTH = 8", "WIDTH = 9"))
+    assert go() == "[False, False, False] ['ok', 'ok', 'ok']"  # the model's code is in the key
+
+
+def test_every_registration_function_of_the_package_is_exported():
+    import inspect
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.walk_packages(fc.__path__, "fedcompanion."):
+        if ".reproduction" in info.name:
+            continue
+        module = __import__(info.name, fromlist=["_"])
+        found |= {n for n, f in vars(module).items() if n.startswith("register") and inspect.isfunction(f)
+                  and f.__module__ == info.name}
+    assert found and found <= set(fc.__all__), f"not exported from fc: {sorted(found - set(fc.__all__))}"

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 import fedcompanion as fc
-from fedcompanion.claims import Claim, record
 from fedcompanion.experiments.cache import take_read_runs
 from fedcompanion.experiments.computed import FOLDER, _reads, computation_key, computed
-from fedcompanion.fingerprint import reached
-from fedcompanion.prune import delete, orphans
-from fedcompanion.verdict import identity
+from fedcompanion.infra.fingerprint import reached
+from fedcompanion.reproduction.claims.record import Claim, record
+from fedcompanion.reproduction.prune import delete, orphans
+from fedcompanion.reproduction.rule.item import identity
 
 P = types.SimpleNamespace(scale=0.1, unused=5)
 
@@ -128,7 +128,7 @@ def test_a_summary_equal_but_for_last_digits_is_left_as_stored(tmp_path):
     """Re-executing on another CPU: a residual 5.6e-17 becomes 1.1e-16 (in a value and printed in a text); the stored
     summary stays byte for byte. A printed number that moves in its last digit, or a changed setting, is written, and
     reproduce's report names where."""
-    from fedcompanion.reproduce import moved_summaries
+    from fedcompanion.reproduction.reproduce import moved_summaries
 
     def claim(residual, printed, value):
         return Claim("x.y", "FedVRA", "a claim", [], [identity("s", "q", residual, 1e-10)],

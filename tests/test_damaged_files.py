@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fedcompanion import cli
-from fedcompanion.atomic import DamagedFile
-from fedcompanion.report import ROOT, record, render
+from fedcompanion.infra.atomic import DamagedFile
+from fedcompanion.reproduction.report import ROOT, record, render
 
 SUMMARY = "fedvra--04_against_baselines.json"
 
@@ -60,7 +60,7 @@ def test_a_damaged_bookkeeping_file_is_named_with_its_field(results, name, damag
 
 
 def test_an_executed_notebook_cut_in_half_is_named_by_the_site(tmp_path):
-    from fedcompanion.site import _notebook
+    from fedcompanion.reproduction.site import _notebook
 
     nb = tmp_path / "cut.ipynb"
     text = (ROOT / "notebooks" / "00_tour.ipynb").read_text()
@@ -76,8 +76,8 @@ def test_verify_names_a_damaged_run_record_and_refuses_two_code_versions_of_one_
                                                                                          capsys):
     import fedcompanion.experiments.config as experiments
     from fedcompanion.experiments import ExperimentConfig, run_config, store, sweep
-    from fedcompanion.verify import _stored, compare_folders
-    from fedcompanion.verify import main as verify
+    from fedcompanion.reproduction.verify import _stored, compare_folders
+    from fedcompanion.reproduction.verify import main as verify
 
     config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="fedavg",
                               rounds=2, clients_per_round=2, lr=0.1, seed=0)
@@ -122,7 +122,7 @@ def test_record_refuses_a_bookkeeping_name(results):
 
 
 def test_reproduce_only_an_empty_text_or_a_folder(capsys):
-    from fedcompanion.reproduce import main, selected
+    from fedcompanion.reproduction.reproduce import main, selected
 
     assert main(["--only", ""]) == 2 and "empty text" in capsys.readouterr().err
     fedvra = [p.stem for p in selected(["fedvra"], "paper")]
@@ -132,7 +132,7 @@ def test_reproduce_only_an_empty_text_or_a_folder(capsys):
 
 
 def test_a_summary_left_by_a_renamed_notebook_is_reported_with_a_warning(results, caplog):
-    from fedcompanion.report import load_summaries, orphans, write_report
+    from fedcompanion.reproduction.report import load_summaries, orphans, write_report
 
     assert orphans(load_summaries(ROOT / "results")) == []  # every committed summary has its notebook
     path = results / "summaries" / SUMMARY
@@ -147,8 +147,8 @@ def test_record_returns_the_verdicts_a_notebook_shows_and_a_path(tmp_path):
     """Issue 46: every notebook's last output was a PosixPath; now it is the verdicts, with each item's effect."""
     import os
 
-    from fedcompanion.report import Claim, Recorded
-    from fedcompanion.verdict import paired
+    from fedcompanion.reproduction.report import Claim, Recorded
+    from fedcompanion.reproduction.rule.item import paired
 
     item = paired("A", "x vs y", "loss", "lower", [1.0, 1.1, 0.9, 1.0, 1.05], [2.0] * 5, range(5))
     shown = record("fedvra/99_demo", "Demo", [Claim("demo.claim", "FedVRA", "x beats y", [], [item])], tmp_path,

@@ -1,6 +1,6 @@
-"""Every claim is built in the package (:mod:`fedcompanion.evidence`), once, and the notebooks only call it: no code
-cell builds an item, a control or a claim. Then the builders themselves, on hand-made tables whose words are known,
-each test failing if a builder swapped the claim and its control or read the wrong column."""
+"""Every claim is built in the package (:mod:`fedcompanion.reproduction.claims`), once, and the notebooks only call it:
+no code cell builds an item, a control or a claim. Then the builders themselves, on hand-made tables whose words are
+known, each test failing if a builder swapped the claim and its control or read the wrong column."""
 from __future__ import annotations
 
 import ast
@@ -11,11 +11,12 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from fedcompanion.claims import load_summaries
+from fedcompanion.reproduction.claims.record import load_summaries
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-BUILDERS = sorted((ROOT / "src" / "fedcompanion" / "evidence").glob("*.py"))
+BUILDERS = sorted(p for p in (ROOT / "src" / "fedcompanion" / "reproduction" / "claims").glob("*.py")
+                  if p.stem not in ("record", "from_runs"))  # the builders: one module per paper
 # what builds evidence: an item, a control, a claim (the rule's words and the display of items stay in notebooks)
 BUILDING = {"Claim", "per_seed_evidence", "paired", "against", "identity", "untestable", "stopped_early",
             "early_values", "untrained_control"}
@@ -39,11 +40,11 @@ def code_cells(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
 def test_no_notebook_builds_evidence(path):
     built = {name for cell in code_cells(path) for name in called(cell) & BUILDING}
-    assert not built, f"{path.name} builds evidence itself ({sorted(built)}): call fedcompanion.evidence instead"
+    assert not built, f"{path.name} builds evidence itself ({sorted(built)}): call fedcompanion.reproduction.claims"
 
 
 def test_the_reader_finds_a_notebook_that_builds_evidence():
-    # the notebook cell of the tree before fedcompanion.evidence: it must be caught
+    # the notebook cell of the tree before fedcompanion.reproduction.claims: it must be caught
     cell = 'record("x", "t", [Claim("a.b", "FedVRA", "c", [], [identity("s", "q", 0.0, 1e-10)])], RESULTS, "paper")'
     assert called(cell) & BUILDING == {"Claim", "identity"}
     assert not called("claims = evidence.fedvra.rate_claims(P)\nshow(claims)") & BUILDING
@@ -74,7 +75,7 @@ def test_every_recorded_claim_is_built_once_in_the_package():
 
 
 def test_the_rate_claim_judges_fedvra_and_rejects_its_control():
-    from fedcompanion.evidence.fedvra import rate_claims
+    from fedcompanion.reproduction.claims.fedvra import rate_claims
 
     seeds = range(8)
     cases = [("FedVRA", "S = sqrt(R)"), ("FedVRA", "fixed S"), ("FedAvg", "S = sqrt(R)")]
@@ -94,7 +95,7 @@ def test_the_rate_claim_judges_fedvra_and_rejects_its_control():
 
 
 def test_the_semi_supervised_claims_pair_each_method_with_its_own_baseline():
-    from fedcompanion.evidence.fedvra_comparisons import SEMI_SUPERVISED_PAIRS, semi_supervised_claims
+    from fedcompanion.reproduction.claims.fedvra_comparisons import SEMI_SUPERVISED_PAIRS, semi_supervised_claims
 
     seeds = list(range(8))
     accuracy = {"FedVRA-U": 0.9, "FedAvg-U": 0.8, "FedVRA, labelled rows only": 0.95, "FedAvg, labelled rows only": 0.7}

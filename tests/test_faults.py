@@ -84,7 +84,6 @@ def test_labels_beyond_the_models_outputs_are_refused_at_task_building():
 
 def test_report_with_no_summaries_refuses_and_writes_nothing(tmp_path, capsys):
     from fedcompanion import cli
-
     readme, report = tmp_path / "README.md", tmp_path / "REPRODUCTION.md"
     readme.write_text("intro\n<!-- claims:start -->\nold table\n<!-- claims:end -->\n")
     report.write_text("old report\n")
@@ -196,7 +195,6 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, capsys):
     """A 1 KB sweep file whose label is a YAML alias bomb used to exhaust memory; as rounds, to die building the
     error message."""
     from fedcompanion import cli
-
     nested = "[&a [x, x, x, x, x, x, x, x, x], " + ", ".join(
         f"&{c} [" + ", ".join([f"*{p}"] * 9) + "]" for p, c in zip("abcdefgh", "bcdefghi")) + "]"  # 9^9 leaves
     for field in ("label", "rounds"):
@@ -380,18 +378,18 @@ def test_the_determinism_contract_leaves_the_model_and_the_generator_alone():
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "kill -9"])
 def test_a_reproduction_that_dies_takes_its_pool_kernel_and_tracker_with_it(stop):
-    """Issue 47 group 5: kill -9 or SIGTERM of `python -m fedcompanion.reproduce` left the kernel and the pool's
-    resource tracker running 33 s later, and the kernel wrote its summary after the reproduction died."""
+    """Issue 47 group 5: kill -9 or SIGTERM of `python -m fedcompanion.reproduction.reproduce` left the kernel and the
+    pool's resource tracker running 33 s later, and the kernel wrote its summary after the reproduction died."""
     import subprocess
     import sys
     import time
 
-    from fedcompanion.processes import descendants
-    from fedcompanion.reproduce import ROOT
+    from fedcompanion.infra.processes import descendants
+    from fedcompanion.reproduction.reproduce import ROOT
 
     summary = ROOT / "build" / "smoke-results" / "summaries" / "fedvra--04_against_baselines.json"
-    launcher = subprocess.Popen([sys.executable, "-m", "fedcompanion.reproduce", "--profile", "smoke", "--only",
-                                 "fedvra/04"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen([sys.executable, "-m", "fedcompanion.reproduction.reproduce", "--profile", "smoke",
+                                 "--only", "fedvra/04"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
 
     def kernel_started():
@@ -439,7 +437,7 @@ def test_a_killed_reproductions_kernel_sockets_are_removed_at_the_next_start(tmp
     import subprocess
     import sys
 
-    from fedcompanion.processes import KERNEL_SOCKETS, kernel_sockets, remove_stale_kernel_sockets
+    from fedcompanion.infra.processes import KERNEL_SOCKETS, kernel_sockets, remove_stale_kernel_sockets
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion import fingerprint as fp
 from fedcompanion.data.loaders import LOADERS, ArrayDataset
 from fedcompanion.data.partition import PARTITIONS
 from fedcompanion.experiments import TASKS, ExperimentConfig, build_task, sweep
+from fedcompanion.infra import fingerprint as fp
 
 CONFIGS = {
     "fedavg": ExperimentConfig(algorithm="fedavg"),

@@ -19,7 +19,7 @@ from fedcompanion.experiments import ExperimentConfig, load_result, run_config  
 from fedcompanion.flower import simulate  # noqa: E402
 from fedcompanion.flower.core import client_step  # noqa: E402
 from fedcompanion.flower.loopback import Federation  # noqa: E402
-from fedcompanion.processes import descendants, stop_tree  # noqa: E402
+from fedcompanion.infra.processes import descendants, stop_tree  # noqa: E402
 
 pytestmark = pytest.mark.flower
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion import fingerprint as fp
-from fedcompanion.atomic import DamagedFile
-from fedcompanion.claims import Claim, load_summaries, record
 from fedcompanion.data.loaders import LOADERS
 from fedcompanion.experiments import ExperimentConfig, sweep
-from fedcompanion.report import render
-from fedcompanion.verdict import against, identity
+from fedcompanion.infra import fingerprint as fp
+from fedcompanion.infra.atomic import DamagedFile
+from fedcompanion.reproduction.claims.record import Claim, load_summaries, record
+from fedcompanion.reproduction.report import render
+from fedcompanion.reproduction.rule.item import against, identity
 
 
 # ---------------------------------------------------------------- 6: where a library is installed is not the user's
@@ -175,7 +175,7 @@ def test_a_fully_cached_sweep_reads_a_read_only_folder(tmp_path, monkeypatch):
 
 def test_sigterm_of_verify_leaves_no_temporary_folder(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    process = subprocess.Popen([sys.executable, "-m", "fedcompanion.verify", "--subset", "smoke"], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "fedcompanion.reproduction.verify", "--subset", "smoke"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not any(tmp_path.iterdir()) and process.poll() is None:

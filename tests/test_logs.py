@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from fedcompanion import logs
+from fedcompanion.infra import logs
 
 
 @pytest.fixture

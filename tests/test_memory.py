@@ -1,11 +1,12 @@
-"""fedcompanion.memory: glibc's malloc serves large tensors from its heap once ``reuse_freed_memory`` is in effect."""
+"""fedcompanion.infra.memory: glibc's malloc serves large tensors from its heap once ``reuse_freed_memory`` is in
+effect."""
 import ctypes
 import platform
 
 import pytest
 import torch
 
-from fedcompanion import memory
+from fedcompanion.infra import memory
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt and mallinfo2 are glibc's")
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from fedcompanion.experiments import RUN_THREADS
-from fedcompanion.notebook import resolve_parameters
+from fedcompanion.reproduction.notebook import resolve_parameters
 from fedcompanion.validation import ConfigError
 
 SMOKE = dict(rounds=2, lr=0.1, seeds=[0], refresh=False, results_dir="build/x")
@@ -50,7 +50,7 @@ def test_unknown_profile():
 
 
 def test_parameters_reads_the_notebooks_namespace_in_one_line():
-    from fedcompanion.notebook import parameters
+    from fedcompanion.reproduction.notebook import parameters
 
     namespace = dict(profile="paper", rounds=200, lr=0.05, seeds=[0, 1], refresh=False, results_dir="r", other=1)
     p = parameters(namespace, SMOKE)
@@ -64,7 +64,7 @@ def test_parameters_reads_the_notebooks_namespace_in_one_line():
 
 def test_a_misspelled_papermill_parameter_is_named_not_ignored():
     """Issue 28: `papermill -p rouns 10` used to run the defaults without a word."""
-    from fedcompanion.notebook import parameters
+    from fedcompanion.reproduction.notebook import parameters
 
     namespace = {"profile": "paper", "rounds": 5, "In": ["", "profile = 'paper'\nrounds = 5",
                                                         "# Parameters\nrouns = 10\n", "import fedcompanion"]}
@@ -90,7 +90,7 @@ CELL = "profile = 'paper'\nrounds = 200\nlr = 0.05\nseeds = [0, 1, 2]"
 
 def test_the_smoke_profile_lists_only_what_it_changes():
     """The parameters and their types come from the parameters cell; the smoke dict names only its changes."""
-    from fedcompanion.notebook import parameters
+    from fedcompanion.reproduction.notebook import parameters
 
     p = parameters(_kernel(CELL), smoke=dict(rounds=2))
     assert (p.rounds, p.lr, p.seeds) == (200, 0.05, [0, 1, 2])
@@ -107,7 +107,7 @@ def test_the_smoke_profile_lists_only_what_it_changes():
 def test_a_value_given_by_name_is_never_replaced_by_the_smoke_profile():
     """`papermill -p profile smoke -p rounds 7` runs 7 rounds: the smoke profile fills in only what nobody asked
     for (it used to replace every value it listed, silently)."""
-    from fedcompanion.notebook import parameters
+    from fedcompanion.reproduction.notebook import parameters
 
     injected = "# Parameters\nprofile = 'smoke'\nrounds = 7\n"
     p = parameters(_kernel(CELL, injected), smoke=dict(rounds=2, seeds=[0]))
@@ -117,7 +117,7 @@ def test_a_value_given_by_name_is_never_replaced_by_the_smoke_profile():
 def test_a_kernel_without_input_history_reads_the_literal_globals():
     """nbval executes cells without storing them in ``In``: the parameters are then the globals holding literals
     (the CI run of 122fd17c failed 163 nbval cells before this)."""
-    from fedcompanion.notebook import parameters
+    from fedcompanion.reproduction.notebook import parameters
 
     namespace = {"In": [""], "Out": {}, "profile": "smoke", "rounds": 200, "lr": 0.05, "results_dir": "r",
                  "np": __import__("numpy"), "_hidden": 3}
@@ -126,13 +126,13 @@ def test_a_kernel_without_input_history_reads_the_literal_globals():
 
 
 def _papermill_misses(source: str, caplog) -> tuple[set, list]:
-    """The parameters a cell assigns (as :func:`fedcompanion.notebook.parameters_cell` reads them) that papermill's
-    parser does not list, and what it logged while parsing."""
+    """The parameters a cell assigns (as :func:`fedcompanion.reproduction.notebook.parameters_cell` reads them) that
+    papermill's parser does not list, and what it logged while parsing."""
     import logging
 
     from papermill.translators import PythonTranslator
 
-    from fedcompanion.notebook import parameters_cell
+    from fedcompanion.reproduction.notebook import parameters_cell
 
     with caplog.at_level(logging.WARNING):
         caplog.clear()
@@ -147,7 +147,7 @@ def test_papermill_reads_every_parameter_of_every_notebook(caplog):
     and left out, so that parameter would be missing from its help. Every parameter must be listed."""
     import json
 
-    from fedcompanion.reproduce import notebooks
+    from fedcompanion.reproduction.reproduce import notebooks
 
     for path in notebooks():
         cells = json.loads(path.read_text())["cells"]

@@ -71,7 +71,7 @@ def test_the_check_finds_what_it_is_for():
 
 
 def test_notebooks_declare_the_kernel_make_env_registers():
-    from fedcompanion.reproduce import KERNEL
+    from fedcompanion.reproduction.reproduce import KERNEL
 
     makefile = (ROOT / "Makefile").read_text()
     assert f"ipykernel install --sys-prefix --name {KERNEL}" in makefile

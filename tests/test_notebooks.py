@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from fedcompanion.reproduce import ROOT, default_parallel, execute, kernel_threads, notebooks
+from fedcompanion.reproduction.reproduce import ROOT, default_parallel, execute, kernel_threads, notebooks
 
 SMOKE = {"profile": "smoke", "refresh": True, "results_dir": "build/test-results",
          "figures_dir": "build/test-figures"}
@@ -25,7 +25,7 @@ def smoke_runs(request):
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
-    from fedcompanion.reproduce import _execute_timed
+    from fedcompanion.reproduction.reproduce import _execute_timed
 
     todo = [item.callspec.params["notebook"] for item in request.session.items
             if item.originalname == "test_notebook_runs_with_smoke_profile"]
@@ -65,7 +65,7 @@ def test_make_reproduces_part_of_a_notebook_runs_and_records_under_the_parts_nam
     the part must run, record under its own name and claim nothing from A. Wrong: a part that still runs A."""
     import json
 
-    from fedcompanion.reproduce import PART_IN_REPRODUCE
+    from fedcompanion.reproduction.reproduce import PART_IN_REPRODUCE
 
     name, selection = PART_IN_REPRODUCE[stem]
     params = {**SMOKE, **selection, "results_dir": str(tmp_path / "results"), "figures_dir": str(tmp_path)}
@@ -122,7 +122,7 @@ def test_a_finished_notebooks_kernel_is_shut_down_without_an_interrupt():
     (nbclient's cell timeout needs it)."""
     import asyncio
 
-    from fedcompanion.reproduce import ipc_kernel_manager
+    from fedcompanion.reproduction.reproduce import ipc_kernel_manager
 
     sent = []
     manager = ipc_kernel_manager()()

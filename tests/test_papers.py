@@ -1,5 +1,5 @@
-"""The evidence helpers the package declares beside the claims (:mod:`fedcompanion.papers`), each against an exact
-answer, and what every claim must declare."""
+"""The evidence helpers the package declares beside the claims (:mod:`fedcompanion.reproduction.papers`), each against
+an exact answer, and what every claim must declare."""
 from __future__ import annotations
 
 import math
@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from fedcompanion.papers import DECLARED
-from fedcompanion.papers.adafedadam import proportional_fairness_gap
-from fedcompanion.papers.ceadmm import deepest_fraction, iterations_to, k0_exponent
+from fedcompanion.reproduction.papers import DECLARED
+from fedcompanion.reproduction.papers.adafedadam import proportional_fairness_gap
+from fedcompanion.reproduction.papers.ceadmm import deepest_fraction, iterations_to, k0_exponent
 
 
 def test_iterations_to_reads_the_best_gradient_so_far():
@@ -62,14 +62,14 @@ def test_every_recorded_claim_quotes_its_paper_and_names_its_controls():
     """Every claim the notebooks record is declared in the package with its place in the paper and the paper's
     sentence, and every claim with a testable item names a control its test must reject (the A/A controls of paired
     items are added by the rule)."""
-    from fedcompanion.claims import load_summaries
-    from fedcompanion.notebook import project_path
+    from fedcompanion.reproduction.claims.record import load_summaries
+    from fedcompanion.reproduction.notebook import project_path
 
     recorded = [c for s in load_summaries(project_path("results")) for c in s.claims]
     assert recorded
     for c in recorded:
         d = DECLARED.get(c.id)
-        assert d is not None, f"{c.id} is recorded but not declared in fedcompanion.papers"
+        assert d is not None, f"{c.id} is recorded but not declared in fedcompanion.reproduction.papers"
         assert d.where.strip() and len(d.says) > 40, c.id
         if any(e.kind != "untestable" for e in c.evidence):
             assert c.controls, f"{c.id} names no control its test must reject"
@@ -77,7 +77,7 @@ def test_every_recorded_claim_quotes_its_paper_and_names_its_controls():
 
 
 def test_a_declaration_without_the_papers_sentence_is_refused():
-    from fedcompanion.papers import Declared
+    from fedcompanion.reproduction.papers import Declared
 
     with pytest.raises(ValueError, match="says"):
         Declared(kind="theorem", where="Theorem 1", says=" ")

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedcompanion.plots import curves, method_palette  # noqa: E402
+from fedcompanion.reproduction.plots import curves, method_palette  # noqa: E402
 
 SETTING_A = ["AdaFedAdam", "AdaFedAdam (code)", "FedAvg (paper, lr 1)", "FedAvg (code, lr 0.1)",
              "FedAdam (code, lr 1e-3)", "FedAdam (tuned in B)", "FedNova", "q-FedAvg", "FedMGDA+"]
@@ -42,9 +42,9 @@ def test_the_verdict_figures_have_no_text_over_text_and_read_at_page_width():
     old 13-inch chart with 8 pt labels (4.9 pt at page width)."""
     from pathlib import Path
 
-    from fedcompanion.forest import FONT, PAGE_WIDTH, forest_figure, verdict_chart
-    from fedcompanion.plots import overlapping_texts, smallest_text
-    from fedcompanion.report import PAPERS, load_summaries
+    from fedcompanion.reproduction.plots import overlapping_texts, smallest_text
+    from fedcompanion.reproduction.report import PAPERS, load_summaries
+    from fedcompanion.reproduction.verdict_figures import FONT, PAGE_WIDTH, forest_figure, verdict_chart
 
     summaries = load_summaries(Path(__file__).resolve().parents[1] / "results")
     for paper in PAPERS:
@@ -67,7 +67,7 @@ def test_the_verdict_figures_have_no_text_over_text_and_read_at_page_width():
 def test_ascii_norms_are_typeset_and_never_split_by_wrapping():
     import textwrap
 
-    from fedcompanion.forest import typeset
+    from fedcompanion.reproduction.verdict_figures import typeset
 
     label = typeset("CEADMM, k0 = 1: C_k = (k / k0) min_j ||grad f(y^j)||^2 does not grow")
     assert "$\\|\\nabla{}f(y^j)\\|^2$" in label and "||" not in label
@@ -78,9 +78,9 @@ def test_the_verdict_chart_marks_each_claims_control():
     """Beside a claim's items the chart marks its control: rejected, not rejected, or none declared."""
     import dataclasses
 
-    from fedcompanion.forest import control_state
-    from fedcompanion.report import Claim
-    from fedcompanion.verdict import against
+    from fedcompanion.reproduction.report import Claim
+    from fedcompanion.reproduction.rule.item import against
+    from fedcompanion.reproduction.verdict_figures import control_state
 
     seeds = [0, 1, 2]
     item = dataclasses.asdict(against("S", "slope vs -1/2", "slope", "lower", [-1.2, -1.3, -1.1], -0.5, seeds))

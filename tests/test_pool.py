@@ -151,14 +151,14 @@ def _pretend_other_code():
 
 def _pretend_other_platform():
     import fedcompanion.experiments.pool as pool
-    from fedcompanion.machine import numerical_platform
+    from fedcompanion.infra.machine import numerical_platform
 
     pool.numerical_platform = lambda: {**numerical_platform(), "cpu": "the worker's CPU"}
 
 
 def _platform_as_it_is():
     import fedcompanion.experiments.pool as pool
-    from fedcompanion.machine import numerical_platform
+    from fedcompanion.infra.machine import numerical_platform
 
     pool.numerical_platform = numerical_platform
 

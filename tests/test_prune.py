@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fedcompanion.claims import Claim, record
 from fedcompanion.experiments import ExperimentConfig, sweep
 from fedcompanion.experiments.cache import take_read_runs
-from fedcompanion.prune import delete, main, orphans
-from fedcompanion.verdict import identity
+from fedcompanion.reproduction.claims.record import Claim, record
+from fedcompanion.reproduction.prune import delete, main, orphans
+from fedcompanion.reproduction.rule.item import identity
 
 
 def _config(lr):
@@ -169,8 +169,8 @@ def test_prune_killed_at_random_points_loses_nothing_listed(tmp_path):
     for k, delay in enumerate(random.Random(0).uniform(0.3, 2.5) for _ in range(3)):
         folder = tmp_path / str(k)
         present = _fake_results(folder, 3000, 1000)
-        process = subprocess.Popen([sys.executable, "-m", "fedcompanion.prune", "--results", str(folder), "--delete",
-                                    "--min-age", "0"], stdout=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, "-m", "fedcompanion.reproduction.prune", "--results", str(folder),
+                                    "--delete", "--min-age", "0"], stdout=subprocess.DEVNULL)
         time.sleep(delay)
         process.send_signal(signal.SIGKILL)
         process.wait()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fedcompanion import rekey as rekey_module
 from fedcompanion.experiments import ExperimentConfig, sweep
 from fedcompanion.experiments.cache import record_digest
-from fedcompanion.fingerprint import ROOT as PACKAGE
-from fedcompanion.verify import _stored, is_current
+from fedcompanion.infra.fingerprint import ROOT as PACKAGE
+from fedcompanion.reproduction import rekey as rekey_module
+from fedcompanion.reproduction.verify import _stored, is_current
 
 CONFIGS = [ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="fedavg", rounds=3,
                             clients_per_round=2, local=dict(steps=2, batch_size=None), seed=s) for s in (0, 1)]
@@ -49,7 +49,7 @@ def test_rekey_carries_a_number_neutral_edit_and_refuses_one_that_moves_the_numb
     assert LINE in fedavg.read_text()
     fedavg.write_text(fedavg.read_text().replace(LINE, EDITS[edit]))
     (tmp_path / "work").mkdir()
-    done = _python(now, "import sys; from pathlib import Path; from fedcompanion.rekey import rekey; "
+    done = _python(now, "import sys; from pathlib import Path; from fedcompanion.reproduction.rekey import rekey; "
                         f"sys.exit(rekey(Path({str(results)!r}), Path({str(PACKAGE.parent)!r}), "
                         f"Path({str(tmp_path / 'work')!r})))")
     log = done.stdout + done.stderr
@@ -62,8 +62,9 @@ def test_rekey_carries_a_number_neutral_edit_and_refuses_one_that_moves_the_numb
     assert done.returncode == 0 and "1 of 1 groups carried (2 runs renamed); 1 summaries" in log, log
     assert len(after) == len(stored) and set(after).isdisjoint(stored)  # every run under its new key
     assert read == sorted([p.stem for p in results.glob("*.json")] + ["ffffffffffffffff"])  # the summary follows
-    current = _python(now, "import json; from pathlib import Path; from fedcompanion.verify import _stored, "
-                           f"is_current; print(json.dumps([is_current(m) for m in _stored(Path({str(results)!r}))]))")
+    current = _python(now, "import json; from pathlib import Path; from fedcompanion.reproduction.verify import "
+                           "_stored, is_current; print(json.dumps([is_current(m) for m in "
+                           f"_stored(Path({str(results)!r}))]))")
     assert json.loads(current.stdout) == [True, True], current.stderr
 
 

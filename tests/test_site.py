@@ -8,12 +8,12 @@ import subprocess
 
 import pytest
 
-from fedcompanion.reproduce import ROOT
+from fedcompanion.reproduction.reproduce import ROOT
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    from fedcompanion.site import build, executed_notebooks
+    from fedcompanion.reproduction.site import build, executed_notebooks
 
     if executed_notebooks() is None:
         pytest.skip("no executed notebooks yet (the notebook tests write them)")
@@ -37,7 +37,7 @@ def test_site_builds_with_the_report_the_front_page_and_the_reading_order(site):
 
 
 def test_site_loads_nothing_from_another_host_and_has_no_broken_link(site):
-    from fedcompanion.site import broken_links, external_resources
+    from fedcompanion.reproduction.site import broken_links, external_resources
 
     assert external_resources(site) == []
     assert broken_links(site) == []
@@ -45,7 +45,7 @@ def test_site_loads_nothing_from_another_host_and_has_no_broken_link(site):
 
 
 def test_the_checks_find_what_they_are_for(tmp_path):
-    from fedcompanion.site import broken_links, external_resources
+    from fedcompanion.reproduction.site import broken_links, external_resources
 
     (tmp_path / "a.html").write_text('<p id="here"></p><a href="a.html#here">ok</a><a href="b.html">gone</a>'
                                      '<a href="a.html#nowhere">no anchor</a><a href="https://x.org">out</a>'
@@ -55,7 +55,7 @@ def test_the_checks_find_what_they_are_for(tmp_path):
 
 
 def test_bookkeeping_is_hidden_and_a_smoke_build_says_so(site):
-    from fedcompanion.site import SMOKE_BANNER, executed_notebooks, for_readers
+    from fedcompanion.reproduction.site import SMOKE_BANNER, executed_notebooks, for_readers
 
     name = "fedvra/03_adaptive_stepsizes"
     executed = json.loads((executed_notebooks() / f"{name}.ipynb").read_text())
@@ -91,7 +91,7 @@ def test_math_renders_in_a_browser_with_no_network(site, tmp_path):
 
 def test_each_notebook_comes_from_its_paper_run_where_it_has_one_else_from_the_smoke_run(tmp_path):
     """A partial `make reproduce --only ...` leaves the other notebooks' smoke copies on the site, not holes."""
-    from fedcompanion.site import executed_notebooks
+    from fedcompanion.reproduction.site import executed_notebooks
 
     assert executed_notebooks(tmp_path) is None
     for folder, name in (("executed", "00_tour"), ("executed", "fedvra/01_x"), ("reproduce", "fedvra/01_x")):
@@ -115,8 +115,8 @@ def test_notebook_pages_render_the_smoke_banner_and_the_verdicts(site):
 def test_make_html_executes_only_the_notebooks_without_a_paper_copy(tmp_path):
     """`make html` passes --paper: the notebooks with no build/reproduce copy are executed first (from the cache),
     so every page is the paper run; one that has its copy is not executed again."""
-    from fedcompanion.reproduce import notebooks
-    from fedcompanion.site import without_paper_copy
+    from fedcompanion.reproduction.reproduce import notebooks
+    from fedcompanion.reproduction.site import without_paper_copy
 
     every = [p.relative_to(ROOT / "notebooks") for p in notebooks()]
     assert without_paper_copy(tmp_path) == [n.with_suffix("").as_posix() for n in every]
@@ -146,7 +146,7 @@ def test_every_notebook_page_shows_its_verdicts_as_a_table(site):
 def test_the_verdicts_are_shown_under_the_title_and_still_at_the_end():
     """for_readers copies the last cell's verdict table under the title (a page of 10,000 px put it three quarters
     down); the recording cell keeps its own output; a notebook that records nothing gets no copy."""
-    from fedcompanion.site import VERDICTS_ABOVE, for_readers
+    from fedcompanion.reproduction.site import VERDICTS_ABOVE, for_readers
 
     table = {"output_type": "display_data", "metadata": {},
              "data": {"text/html": '<table class="verdicts"><tr><td>x</td></tr></table>', "text/plain": "x"}}
@@ -186,7 +186,7 @@ def test_building_the_site_leaves_the_packages_functions_as_they_were(site):
 def test_a_failed_notebook_copy_is_executed_again_and_never_published(tmp_path):
     """Issue 61: papermill writes a failed notebook too (its error cell first); the next `make html` published it.
     A failed copy now counts as missing (executed again) and is never gathered for the site."""
-    from fedcompanion.site import executed_notebooks, failed, without_paper_copy
+    from fedcompanion.reproduction.site import executed_notebooks, failed, without_paper_copy
 
     good = {"cells": [{"cell_type": "code", "metadata": {}, "source": "1", "outputs": []}], "metadata": {}}
     bad = {"cells": [{"cell_type": "markdown", "metadata": {"tags": ["papermill-error-cell-tag"]}, "source": "x"},

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fedcompanion.decision import decide, explain, holm, notes, words
-from fedcompanion.report import Claim, load_summaries
-from fedcompanion.verdict import MIN_DRAWS, MIN_SEEDS, against, identity, paired, untestable
+from fedcompanion.reproduction.report import Claim, load_summaries
+from fedcompanion.reproduction.rule.claim import decide, explain, holm, notes, words
+from fedcompanion.reproduction.rule.item import MIN_DRAWS, MIN_SEEDS, against, identity, paired, untestable
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -163,7 +163,7 @@ def test_committed_claims_use_enough_seeds_draws_and_repeats():
     """Issue 57: every paired item, and every seeded item of a performance claim, has >= MIN_SEEDS evaluation seeds
     (a CPU time: >= MIN_DRAWS interleaved repeats); every other seeded item >= MIN_DRAWS draws; an exact
     (deterministic) value is one computation and never a time."""
-    from fedcompanion.papers import declared
+    from fedcompanion.reproduction.papers import declared
 
     for summary in load_summaries(RESULTS):
         for claim in summary.claims:
@@ -213,7 +213,7 @@ def test_the_initial_model_in_the_methods_place_is_a_control_a_paired_test_must_
     test that cannot reject the untrained model cannot tell training from none (the claim becomes not testable)."""
     import pandas as pd
 
-    from fedcompanion.experiments import initial_values, round_zero, untrained_control
+    from fedcompanion.reproduction.claims.from_runs import initial_values, round_zero, untrained_control
 
     seeds = [0, 1, 2]
     rows = [dict(label=label, seed=s, round=r, metric="loss", value=v, client=c)
@@ -240,7 +240,7 @@ def test_the_t_interval_and_its_p_are_scipys_one_sample_t_test():
     import numpy as np
     from scipy import stats
 
-    from fedcompanion.verdict import t_interval
+    from fedcompanion.reproduction.rule.item import t_interval
 
     rng = np.random.default_rng(0)
     for n in (2, 3, 5, 8, 20):

@@ -2,8 +2,8 @@
 import pandas as pd
 
 from fedcompanion.experiments import ExperimentConfig, load_result, sweep
-from fedcompanion.machine import numerical_platform
-from fedcompanion.verify import compare, judge, platform_difference
+from fedcompanion.infra.machine import numerical_platform
+from fedcompanion.reproduction.verify import compare, judge, platform_difference
 
 
 def history(values, rounds=(0, 0, 1, 1), metrics=("loss", "grad_sq", "loss", "grad_sq")):
@@ -64,7 +64,7 @@ def test_compare_folders_matches_runs_by_config_whatever_code_made_them(tmp_path
 
     import fedcompanion.experiments.config as experiments
     from fedcompanion.experiments import run_config, store
-    from fedcompanion.verify import compare_folders
+    from fedcompanion.reproduction.verify import compare_folders
 
     base = dict(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="fedavg", rounds=2,
                 clients_per_round=2, seed=0)
@@ -90,7 +90,7 @@ def test_every_smoke_rule_finds_a_committed_run_made_by_this_code():
     rule with it (caught here, in seconds, rather than at the end of make test)."""
     from pathlib import Path
 
-    from fedcompanion.verify import SUBSETS, _stored, select
+    from fedcompanion.reproduction.verify import SUBSETS, _stored, select
 
     chosen = select("smoke", _stored(Path(__file__).resolve().parents[1] / "results"))
     assert len(chosen) == len(SUBSETS["smoke"]), [m.get("label") for m in chosen]
@@ -102,8 +102,8 @@ def test_the_dtype_compared_is_the_builders_own_not_a_list_of_names():
     import torch
 
     import fedcompanion as fc
+    from fedcompanion.reproduction.verify import _dtype
     from fedcompanion.tasks import TASKS
-    from fedcompanion.verify import _dtype
 
     def mine(seed=0, dtype=torch.float64):
         return fc.tasks.least_squares_task(num_clients=3, dim=2, seed=seed, dtype=dtype)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from fedcompanion import decision
-from fedcompanion.claims import Claim, Summary, load_summaries
-from fedcompanion.decision import decide, detectable, equivalent, explain, fragility, words
-from fedcompanion.papers import DECLARED, KINDS, MARGINS
-from fedcompanion.report import group_of, render, verdict_counts
-from fedcompanion.verdict import paired
+from fedcompanion.reproduction.claims.record import Claim, Summary, load_summaries
+from fedcompanion.reproduction.papers import DECLARED, KINDS, MARGINS
+from fedcompanion.reproduction.report import group_of, render, verdict_counts
+from fedcompanion.reproduction.rule import claim as decision
+from fedcompanion.reproduction.rule.claim import decide, detectable, equivalent, explain, fragility, words
+from fedcompanion.reproduction.rule.item import paired
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -123,7 +123,7 @@ def test_an_aa_control_that_calls_noise_a_difference_makes_the_claim_untestable(
     """The baseline against itself on other seeds: a test whose pairing lets two halves of one method's seeds
     differ significantly (here the baseline's seeds 0-3 run far below its seeds 4-7) cannot tell a method from
     itself. Enforced from 4 pairs; below, shown only."""
-    from fedcompanion.decision import same_outcomes
+    from fedcompanion.reproduction.rule.claim import same_outcomes
 
     seeds = range(8)
     base = [0.70, 0.71, 0.70, 0.71, 0.80, 0.81, 0.80, 0.81]
@@ -156,7 +156,7 @@ def test_the_directional_control_is_the_baseline_stopped_at_half_its_rounds():
     right way. The baseline stopped at half its rounds trains, is excluded by the claim, and differs by a trained
     method's margin: a not-worse item whose margin is wider than that difference rejects the untrained model but not
     it, so the claim (which the old control let "reproduce") is not testable here."""
-    from fedcompanion.experiments import early_values, stopped_early, untrained_control
+    from fedcompanion.reproduction.claims.from_runs import early_values, stopped_early, untrained_control
 
     seeds = list(range(8))
     base = [0.1, 0.60, 0.80, 0.86, 0.88]  # the baseline's path; seeds shift it by 0.001
@@ -180,7 +180,7 @@ def test_the_directional_control_is_the_baseline_stopped_at_half_its_rounds():
 
 
 def test_early_values_reads_a_run_that_did_not_finish_as_the_worst_and_names_what_is_missing():
-    from fedcompanion.experiments import early_values
+    from fedcompanion.reproduction.claims.from_runs import early_values
 
     frame = _runs({"B": [[0.1, 0.5, 0.7, 0.8, 0.9]] * 2}, status={("B", 1): "diverged"})
     assert early_values(frame, "test_accuracy", "B", [0, 1], "higher") == [0.7, float("-inf")]
@@ -194,7 +194,7 @@ def test_early_values_reads_a_run_that_did_not_finish_as_the_worst_and_names_wha
 def test_no_committed_performance_claim_is_controlled_by_the_untrained_model_alone():
     """Every committed performance claim's directional control is a method that trains (the untrained model may be
     a sanity line beside it, never the control)."""
-    from fedcompanion.papers import declared
+    from fedcompanion.reproduction.papers import declared
 
     for s in load_summaries(RESULTS):
         for c in s.claims:

@@ -9,20 +9,22 @@ Quick start::
 """
 from importlib import metadata as _metadata
 
-from . import algorithms, data, driver, engine, experiments, losses, metrics, notebook, protocol, tasks
+from . import algorithms, data, driver, engine, experiments, losses, metrics, protocol, tasks
 from .algorithms import make, register
 from .data.loaders import register_dataset
 from .data.partition import register_partition
 from .driver import run
-from .engine import LocalWork
+from .engine import LocalWork, register_engine
 from .experiments import register_metric, register_task
+from .models import register_model
 from .protocol import RunResult
 from .registry import registry
+from .reproduction import notebook
 from .validation import ConfigError
 
 __version__ = _metadata.version("fedcompanion")  # one source: pyproject.toml (CITATION.cff and the site follow it)
 __all__ = [
     "ConfigError", "LocalWork", "RunResult", "algorithms", "data", "driver", "engine", "experiments", "losses", "make",
-    "metrics", "notebook", "protocol", "register", "register_dataset", "register_metric", "register_partition",
-    "register_task", "registry", "run", "tasks",
+    "metrics", "notebook", "protocol", "register", "register_dataset", "register_engine", "register_metric",
+    "register_model", "register_partition", "register_task", "registry", "run", "tasks",
 ]

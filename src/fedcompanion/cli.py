@@ -29,8 +29,8 @@ import re
 import sys
 from pathlib import Path
 
-from .atomic import DamagedFile
-from .logs import configure as configure_logging
+from .infra.atomic import DamagedFile
+from .infra.logs import configure as configure_logging
 from .validation import ConfigError
 
 TOP_KEYS = ("base", "grid", "experiments")
@@ -176,7 +176,7 @@ def cmd_list(args) -> int:
 
 def cmd_report(args) -> int:
     """``fedcompanion report``: REPRODUCTION.md (and README's claims table) from the summaries; exit 2 without any."""
-    from .report import NoSummaries, write_report
+    from .reproduction.report import NoSummaries, write_report
 
     try:
         path = write_report(Path(args.results), Path(args.output), Path(args.readme) if args.readme else None)
@@ -189,7 +189,7 @@ def cmd_report(args) -> int:
 
 def cmd_arena(args) -> int:
     """``fedcompanion arena``: the selected methods on the selected tasks, tuned alike, ranked with ties."""
-    from . import arena
+    from .reproduction import arena
 
     plan = arena.Plan(rounds=args.rounds, rungs=args.rungs, seeds=tuple(args.seeds),
                       tune_seeds=tuple(args.tune_seeds))
@@ -207,7 +207,7 @@ def cmd_arena(args) -> int:
 
 
 def _root() -> Path:
-    from .report import ROOT
+    from .reproduction.report import ROOT
 
     return ROOT
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--output", default=str(_root() / "REPRODUCTION.md"), help="the report to write")
     report.add_argument("--readme", default=str(_root() / "README.md"),
                         help="the README whose claims table is replaced ('' for none)")
-    from .arena import METHODS, TASKS
+    from .reproduction.arena import METHODS, TASKS
 
     ring = sub.add_parser("arena", help="every method on the same tasks under one tuning protocol (notebook 92)")
     ring.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"from {list(TASKS)} (default: all)")

@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .algorithms.base import is_engine_algorithm, is_full_batch
+from .algorithms.base import is_full_batch
 from .engine import DEFAULT_ENGINE, ENGINES
 from .engine.sampling import make_sampler
 from .engine.schedule import LocalWork
-from .machine import default_threads, torch_threads
-from .memory import reuse_freed_memory
+from .infra.machine import default_threads, torch_threads
+from .infra.memory import reuse_freed_memory
 from .metrics import fairness
 from .protocol import (
     DIVERGENCE_FACTOR,
@@ -36,65 +36,13 @@ from .protocol import (
     has_diverged,
     zero_rows,
 )
-from .tasks import Task
-from .validation import MAX_SEED, ConfigError, check_choice, check_device, check_number
-
-
-def _check_engine_task(task) -> None:
-    """The engines train the data term and the l2 term; a task with the non-convex regulariser is refused."""
-    if task.nonconvex:
-        raise ConfigError(f"task {task.name!r} has nonconvex={task.nonconvex}: the engines do not train the "
-                          "non-convex regulariser; the ADMM family (fc.make('ceadmm'), 'iceadmm', ...) does")
-
-
-def _check_common_arguments(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor, tol,
-                            device) -> None:
-    """What every run is checked for, whatever drives it."""
-    if not isinstance(task, Task):
-        raise ConfigError(f"task must be a fedcompanion Task (see fc.tasks), got {type(task).__name__}")
-    if isinstance(algorithm, str):
-        raise ConfigError(f"algorithm must be an algorithm object, e.g. fc.make({algorithm!r}), not a str")
-    if not (is_engine_algorithm(algorithm) or is_full_batch(algorithm)):
-        raise ConfigError(f"algorithm must be made by fc.make(...), got {type(algorithm).__name__}")
-    check_number("rounds", rounds, low=1, integer=True)
-    check_number("seed", seed, low=0, high=MAX_SEED, integer=True)
-    check_number("eval_every", eval_every, low=1, integer=True)
-    if divergence_factor is not None:
-        check_number("divergence_factor", divergence_factor, low=1.0)
-    if tol is not None:
-        check_number("tol", tol, low=0.0, low_open=True)
-    if device is not None:
-        check_device(device)
-    if init is not None:
-        if not isinstance(init, torch.Tensor):
-            raise ConfigError(f"init must be a torch tensor of shape ({task.num_params},), got {type(init).__name__}")
-        if init.shape != (task.num_params,):
-            raise ConfigError(f"init must have shape ({task.num_params},) (the model's parameter count), "
-                              f"got {tuple(init.shape)}")
-        if not init.is_floating_point() or not torch.isfinite(init).all():
-            raise ConfigError("init must hold finite floating-point values")
-    if extra_metrics is not None:
-        if not isinstance(extra_metrics, dict) or not all(callable(f) for f in extra_metrics.values()):
-            raise ConfigError("extra_metrics must be a dict of name -> function of the global model")
-
-
-def _check_engine_arguments(task, algorithm, local, lr, engine, eval_train, tol) -> None:
-    """What an engine run is checked for besides :func:`_check_common_arguments`."""
-    _check_engine_task(task)
-    if tol is not None:
-        raise ConfigError(f"tol stops a run on ||grad f||^2, which {algorithm.name}'s rounds do not compute; it "
-                          "applies to the ADMM family")
-    if local is not None and not isinstance(local, LocalWork):
-        raise ConfigError(f"local must be a fc.LocalWork(...), got {type(local).__name__}")
-    check_number("lr", lr, low=0.0, low_open=True)
-    if not math.isfinite(lr):
-        raise ConfigError(f"lr must be finite, got {lr}")
-    check_choice("engine", engine, ENGINES)
-    if not isinstance(eval_train, bool):
-        raise ConfigError(f"eval_train must be True or False, got {eval_train!r}")
-    if not eval_train and task.test is None:
-        raise ConfigError("eval_train=False needs a task with a test set (divergence is judged on the test loss)")
-
+from .settings import (
+    RunSettings,
+    check_admm_arguments,
+    check_common_arguments,
+    check_engine_arguments,
+    check_engine_task,
+)
 
 MOMENTUM = "local_momentum"  # the client-state entry holding a carried local-optimiser momentum buffer
 
@@ -107,7 +55,7 @@ def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: 
     buffer is its ``local_momentum`` entry. Returns ``(their new state entries, the uploads, the local result)``.
     A Flower client runs exactly this for K = 1.
     """
-    _check_engine_task(task)
+    check_engine_task(task)
     train, probe = ENGINES[engine]
     local = local or LocalWork(epochs=1.0)
     carried = MOMENTUM in clients and len(info.clients) > 0
@@ -298,14 +246,15 @@ def run(
             evaluation) for runs that need only the test metrics; divergence is then judged on the test loss.
         device: run on this device (``"cpu"``, ``"cuda"``); default: where the task is.
         threads: torch threads for the run, restored after it; default: one for a model of at most
-            :data:`~fedcompanion.machine.SMALL_PROBLEM` parameters (as every run of a sweep), else torch's setting.
+            :data:`~fedcompanion.infra.machine.SMALL_PROBLEM` parameters (as every run of a sweep), else torch's
+            setting.
         progress: show a progress bar.
 
     The ADMM family (``fc.make("ceadmm", k0=10)``, ...) runs full-batch with every client in every iteration and
     its own local step: ``clients_per_round``, ``engine``, ``lr``, ``local``, ``sampling``, ``per_client_metrics``
     and ``eval_train`` do not apply to it (see :mod:`fedcompanion.algorithms.ceadmm` for what it records).
 
-    The first run in a process asks glibc's malloc to keep freed blocks for reuse (:mod:`fedcompanion.memory`;
+    The first run in a process asks glibc's malloc to keep freed blocks for reuse (:mod:`fedcompanion.infra.memory`;
     ``FEDCOMPANION_SYSTEM_MALLOC=1`` opts out): where memory comes from, never the numbers.
 
     The history records, at each evaluation, ``train_loss`` and ``train_accuracy`` (size-weighted over the
@@ -313,27 +262,24 @@ def run(
     :mod:`fedcompanion.metrics`, ``uploaded_floats``/``downloaded_floats`` (counted from the messages) and
     the extra metrics. Seconds of computation are in ``result.timing``.
     """
-    _check_common_arguments(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor,
-                            tol, device)
-    if threads is not None:
-        check_number("threads", threads, low=1, integer=True)
+    settings = RunSettings(clients_per_round, seed, engine, lr, local, sampling, eval_every, per_client_metrics,
+                           extra_metrics, init, divergence_factor, tol, eval_train, device, threads, progress)
+    check_common_arguments(task, algorithm, rounds, settings)
     with torch_threads(threads if threads is not None else default_threads(task.num_params)):
-        return _run(task, algorithm, rounds, clients_per_round, seed, engine, lr, local, sampling, eval_every,
-                    per_client_metrics, extra_metrics, init, divergence_factor, tol, eval_train, device, progress)
+        return _run(task if device is None else task.to(device), algorithm, rounds, settings)
 
 
-def _run(task, algorithm, rounds, clients_per_round, seed, engine, lr, local, sampling, eval_every, per_client_metrics,
-         extra_metrics, init, divergence_factor, tol, eval_train, device, progress) -> RunResult:
-    task = task if device is None else task.to(device)
+def _run(task, algorithm, rounds: int, settings: RunSettings) -> RunResult:
     if is_full_batch(algorithm):
-        return _run_full_batch(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor,
-                               tol, progress, clients_per_round=clients_per_round, local=local, sampling=sampling)
-    _check_engine_arguments(task, algorithm, local, lr, engine, eval_train, tol)
-    local = local or LocalWork(epochs=1.0)
-    schedule = Schedule(task, sampling, clients_per_round, local, seed, lr)
+        check_admm_arguments(algorithm, settings)
+        return _run_full_batch(task, algorithm, rounds, settings)
+    check_engine_arguments(task, algorithm, settings)
+    seed, engine, init = settings.seed, settings.engine, settings.init
+    local = settings.local or LocalWork(epochs=1.0)
+    schedule = Schedule(task, settings.sampling, settings.clients_per_round, local, seed, settings.lr)
     x0 = task.init_params(seed) if init is None else init.to(task.device, task.dtype).clone()
     state = initial_state(task, algorithm, x0, local)
-    recorder = Recorder(task, extra_metrics, per_client_metrics, eval_train)
+    recorder = Recorder(task, settings.extra_metrics, settings.per_client_metrics, settings.eval_train)
     reuse_freed_memory()
     comm = {"uploaded_floats": 0, "downloaded_floats": 0}
     start = time.perf_counter()
@@ -347,22 +293,17 @@ def _run(task, algorithm, rounds, clients_per_round, seed, engine, lr, local, sa
         return Watch(finite=bool(torch.isfinite(state.x).all()))
 
     status, diverged_round = run_rounds(
-        rounds, play, lambda r, compute: recorder.evaluate(r, state.x, comm, compute), eval_every=eval_every,
-        divergence_factor=divergence_factor, name=algorithm.name, progress=progress)
+        rounds, play, lambda r, compute: recorder.evaluate(r, state.x, comm, compute),
+        eval_every=settings.eval_every, divergence_factor=settings.divergence_factor, name=algorithm.name,
+        progress=settings.progress)
     return recorder.result(state.x, status, diverged_round, time.perf_counter() - start)
 
 
-def _run_full_batch(task, algorithm, rounds, seed, eval_every, init, extra_metrics, divergence_factor, tol, progress,
-                    **engine_only) -> RunResult:
+def _run_full_batch(task, algorithm, rounds: int, settings: RunSettings) -> RunResult:
     """The ADMM family on the loop: ``algorithm.start`` (its state), ``step`` (one iteration, a new state and its
     :class:`Watch`), ``metrics`` (what an evaluation records) and ``params`` (the global model)."""
-    defaults = {"clients_per_round": None, "local": None, "sampling": "uniform"}
-    for name, value in engine_only.items():
-        if value is not defaults[name] and value != defaults[name]:
-            raise ConfigError(f"{name} does not apply to {algorithm.name}: the ADMM family runs every client in "
-                              f"every iteration with its own local step; leave {name} at {defaults[name]!r}")
     start = time.perf_counter()
-    state = algorithm.start(task, init, seed)
+    state = algorithm.start(task, settings.init, settings.seed)
     history = History()
 
     def play(r: int) -> Watch:
@@ -372,11 +313,11 @@ def _run_full_batch(task, algorithm, rounds, seed, eval_every, init, extra_metri
 
     def evaluate(r: int, compute: float) -> None:
         values = algorithm.metrics(state)
-        for name, fn in (extra_metrics or {}).items():
+        for name, fn in (settings.extra_metrics or {}).items():
             values[name] = float(fn(algorithm.params(state)))
         history.record(r, values, compute)
 
-    status, diverged_round = run_rounds(rounds, play, evaluate, eval_every=eval_every, evaluate_start=False,
-                                        divergence_factor=divergence_factor, tol=tol, name=algorithm.name,
-                                        progress=progress)
+    status, diverged_round = run_rounds(rounds, play, evaluate, eval_every=settings.eval_every, evaluate_start=False,
+                                        divergence_factor=settings.divergence_factor, tol=settings.tol,
+                                        name=algorithm.name, progress=settings.progress)
     return history.result(algorithm.params(state), status, diverged_round, time.perf_counter() - start)

@@ -6,11 +6,13 @@ the module is called through ``torch.func.functional_call``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from .validation import check_choice, check_number
+from .registry import Registry
+from .validation import ConfigError, check_number
 
 
 def linear_model(in_features: int, outputs: int = 1, bias: bool = True) -> nn.Module:
@@ -64,24 +66,56 @@ class Centroids(nn.Module):
         return (a * a).sum(1, keepdim=True) - 2 * a @ self.mu.T + (self.mu * self.mu).sum(1)
 
 
-MODELS = ("linear", "logistic", "mlp", "cnn", "cifar_cnn")
+MODELS = Registry("model")  # name -> builder(in_features, num_classes, **options) -> nn.Module
 
 
-def make_model(name: str, in_features: int, num_classes: int, **kwargs) -> nn.Module:
-    """Build a model by name for data with ``in_features`` inputs and ``num_classes`` classes."""
-    check_choice("model", name, MODELS)
-    if name == "linear":
-        return linear_model(in_features, 1, bias=False)
-    if name == "logistic":
-        return linear_model(in_features, 1 if num_classes == 2 else num_classes)
-    if name == "mlp":
-        hidden = tuple(kwargs.get("hidden", (200, 200)))
-        for h in hidden:
-            check_number("hidden layer size", h, low=1, integer=True)
-        return mlp(in_features, hidden, num_classes)
-    if name == "cnn":
-        return mnist_cnn(num_classes)
+def register_model(name: str, builder: Callable | None = None):
+    """Register ``builder(in_features, num_classes, **options) -> nn.Module`` as model ``name`` (a decorator without
+    ``builder``): a task builder's ``model=name`` and a config's ``task_args`` then reach it, and its code enters the
+    key of every run that names it."""
+    if builder is None:
+        return lambda fn: register_model(name, fn)
+    if not callable(builder):
+        raise ConfigError(f"model {name!r}: the builder must be callable (in_features, num_classes, **options)")
+    return MODELS.register(name, builder)
+
+
+@register_model("linear")
+def least_squares_model(in_features: int, num_classes: int = 1, **options) -> nn.Module:
+    """Linear regression's model: one output, no bias (``num_classes`` is not read)."""
+    return linear_model(in_features, 1, bias=False)
+
+
+@register_model("logistic")
+def logistic_model(in_features: int, num_classes: int, **options) -> nn.Module:
+    """Logistic regression: one output for two classes, else one per class (multinomial)."""
+    return linear_model(in_features, 1 if num_classes == 2 else num_classes)
+
+
+@register_model("mlp")
+def mlp_model(in_features: int, num_classes: int, hidden=(200, 200), **options) -> nn.Module:
+    """:func:`mlp` with its hidden layer sizes checked."""
+    for h in hidden:
+        check_number("hidden layer size", h, low=1, integer=True)
+    return mlp(in_features, tuple(hidden), num_classes)
+
+
+@register_model("cnn")
+def cnn_model(in_features: int, num_classes: int, **options) -> nn.Module:
+    """:func:`mnist_cnn`."""
+    return mnist_cnn(num_classes)
+
+
+@register_model("cifar_cnn")
+def cifar_cnn_model(in_features: int, num_classes: int, **options) -> nn.Module:
+    """:func:`cifar_cnn`."""
     return cifar_cnn(num_classes)
+
+
+def make_model(name: str, in_features: int, num_classes: int, **options) -> nn.Module:
+    """Build model ``name`` (:data:`MODELS`, extended by :func:`register_model`) for data with ``in_features`` inputs
+    and ``num_classes`` classes; ``options`` go to its builder (``hidden`` for ``mlp``)."""
+    return MODELS.lookup(name)(in_features, num_classes, **options)
 
 
 RANDOM_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
@@ -94,8 +128,6 @@ def check_model(model: nn.Module, what: str) -> None:
     batch, so an update depends on the batching and an evaluation on its chunk size) and layers with running
     statistics (buffers the engines do not keep per client). Dropout at p = 0, LayerNorm, GroupNorm and
     InstanceNorm without running statistics are fine."""
-    from .validation import ConfigError
-
     params = list(model.named_parameters())
     if not params:
         raise ConfigError(f"{what}: the model has no parameters to train")

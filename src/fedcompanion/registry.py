@@ -1,4 +1,5 @@
-"""Registries by name, one kind each (algorithm, task, dataset, partition, metric), that a user can extend.
+"""Registries by name, one kind each (algorithm, task, dataset, partition, metric, model, engine), that a user can
+extend.
 
 A :class:`Registry` is a dict from name to entry with a ``register`` method (usable as a decorator) and a
 ``get`` that fails with the known names. What a user registers from outside the package is remembered as
@@ -86,7 +87,8 @@ def travel_problem(entry: Any) -> str | None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind`` (``algorithm``, ``task``, ``dataset``, ``partition``, ``metric``)."""
+    """The registry of ``kind`` (``algorithm``, ``task``, ``dataset``, ``partition``, ``metric``, ``model``,
+    ``engine``)."""
     check_choice("registry kind", kind, _ALL)
     return _ALL[kind]
 

@@ -9,6 +9,7 @@ import math
 import numbers
 import reprlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 80, 80, 6, 6
@@ -44,6 +45,41 @@ def check_number(name: str, value, *, low=None, high=None, low_open=False, integ
         parts += [f"<= {high}"] if high is not None else []
         raise ConfigError(f"{name} must be {' and '.join(parts)}, got {value!r}")
     return value
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The allowed range of a numeric argument: within [low, high] (``low_open``: strictly above ``low``), an integer
+    if ``integer``, and ``None`` allowed if ``optional`` (it then means: not used, or the default)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    integer: bool = False
+    optional: bool = False
+
+
+ARGUMENTS = {  # the one statement of each run argument's rule, read by fc.run and by ExperimentConfig alike
+    "rounds": Rule(low=1, integer=True),
+    "seed": Rule(low=0, high=MAX_SEED, integer=True),
+    "eval_every": Rule(low=1, integer=True),
+    "divergence_factor": Rule(low=1.0, optional=True),
+    "tol": Rule(low=0.0, low_open=True, optional=True),
+    "lr": Rule(low=0.0, low_open=True),
+    "clients_per_round": Rule(low=1, integer=True, optional=True),
+    "threads": Rule(low=1, integer=True, optional=True),
+}
+
+
+def check_argument(name: str, value, *, high=None):
+    """Return ``value`` if it obeys the rule :data:`ARGUMENTS` declares for the run argument ``name`` (``high``: a
+    bound this call adds, e.g. the task's number of clients); else raise naming it and its range."""
+    rule = ARGUMENTS[name]
+    if value is None and rule.optional:
+        return None
+    bounds = [b for b in (rule.high, high) if b is not None]
+    return check_number(name, value, low=rule.low, high=min(bounds) if bounds else None, low_open=rule.low_open,
+                        integer=rule.integer)
 
 
 def check_choice(name: str, value, choices: Iterable):

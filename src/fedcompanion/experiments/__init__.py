@@ -13,17 +13,7 @@ uses.
 """
 from ..tasks import TASKS, register_task
 from . import stationarity  # noqa: F401  (registers gradient_norm_sq)
-from .analysis import (
-    early_values,
-    initial_values,
-    per_seed_evidence,
-    round_zero,
-    rounds_to,
-    stopped_early,
-    summarize,
-    timings,
-    untrained_control,
-)
+from .analysis import rounds_to, summarize, timings
 from .cache import CacheMiss, is_cached, load_params, load_result, read_history, store
 from .computed import computed
 from .config import ExperimentConfig, config_columns
@@ -34,9 +24,7 @@ from .tuning import Spec, Tuned, final_score, log_grid, mean_score, tune
 
 __all__ = [
     "METRICS", "RUN_THREADS", "TASKS", "CacheMiss", "ExperimentConfig", "Spec", "Tuned",
-    "build_task", "computed", "config_columns", "early_values", "final_score", "initial_values", "is_cached",
-    "load_params", "load_result",
-    "log_grid", "mean_score", "per_seed_evidence", "read_history", "register_metric", "register_task", "round_zero",
-    "rounds_to",
-    "run_config", "stopped_early", "store", "summarize", "sweep", "timings", "tune", "untrained_control",
+    "build_task", "computed", "config_columns", "final_score", "is_cached", "load_params", "load_result", "log_grid",
+    "mean_score", "read_history", "register_metric", "register_task", "rounds_to", "run_config", "store", "summarize",
+    "sweep", "timings", "tune",
 ]

@@ -6,8 +6,8 @@ A run's key's SHA-256 (:meth:`ExperimentConfig.hash`) names its files in the res
 * ``<hash>.pt``: the final global model, only with ``save_params=True`` (``torch.save``; load it with
   ``weights_only=True``);
 * ``<hash>.json``: config (its key), status, timings, the machine's numerical platform
-  (:func:`~fedcompanion.machine.numerical_platform`), and the SHA-256 and size of the other two, written last, with
-  ``record``: the SHA-256 of the fields a reader acts on (config, label, status, diverged round, the two digests,
+  (:func:`~fedcompanion.infra.machine.numerical_platform`), and the SHA-256 and size of the other two, written last,
+  with ``record``: the SHA-256 of the fields a reader acts on (config, label, status, diverged round, the two digests,
   platform, wall time and timings), so that an edited status (which decides whether a figure averages the run) or
   an edited CPU time (which the CPU-time verdicts read) is caught like an edited history.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..atomic import write_atomic
-from ..machine import numerical_platform
+from ..infra.atomic import write_atomic
+from ..infra.machine import numerical_platform
 from ..protocol import RunResult
 from ..validation import ConfigError
 from .config import ExperimentConfig, key_hash
@@ -148,7 +148,7 @@ def is_cached(config: ExperimentConfig, results_dir: str | Path, with_params: bo
 
 
 # The hashes of the runs this process has read (load_result, load_params): a notebook's summary lists them
-# (claims.record), so that a stored run no notebook reads can be found (python -m fedcompanion.prune).
+# (claims.record), so that a stored run no notebook reads can be found (python -m fedcompanion.reproduction.prune).
 _READ: set[str] = set()
 
 

@@ -8,7 +8,8 @@ CPU reads the numbers it committed.
     {"computation": the function's name, "code": fingerprint([function]), "arguments": arguments,
      "parameters": the notebook parameters the function reads}
 
-* the code's fingerprint (:mod:`fedcompanion.fingerprint`) covers the function's source, the notebook functions and
+* the code's fingerprint (:mod:`fedcompanion.infra.fingerprint`) covers the function's source, the notebook functions
+and
   data globals it names and the package code it reaches (by name, or through a module's attributes:
   ``fc.tasks.federated_dataset_task``), so editing any of them computes the value again;
 * ``arguments``: JSON data (numbers, strings, their lists and dicts), the computation's inputs;
@@ -20,8 +21,8 @@ The value must be JSON data, a numpy array or number, or a pandas DataFrame; the
 read back from the stored JSON (Python's ``float`` repr round-trips exactly), so the first execution and every later
 one see the same types and the same bits. The record holds the machine's numerical platform and the wall time, and
 the SHA-256 of its fields: an edited or damaged record warns, naming the file, and is computed again. Each record
-read is listed in the notebook's summary like a run (``runs_read``), so ``python -m fedcompanion.prune`` finds the
-ones no notebook reads.
+read is listed in the notebook's summary like a run (``runs_read``), so ``python -m fedcompanion.reproduction.prune``
+finds the ones no notebook reads.
 """
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..atomic import write_atomic
-from ..fingerprint import PACKAGE, _code_names, fingerprint, global_names
-from ..machine import numerical_platform
+from ..infra.atomic import write_atomic
+from ..infra.fingerprint import PACKAGE, _code_names, fingerprint, global_names
+from ..infra.machine import numerical_platform
 from .cache import note_read, record_digest
 from .config import key_hash
 

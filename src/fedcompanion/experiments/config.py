@@ -1,7 +1,7 @@
 """A run as data (:class:`ExperimentConfig`), its validation, and its key: what names its cached results.
 
 The key is the canonical JSON of the config (``label`` excluded; for the ADMM family, without the engine-only
-fields), plus ``code``: the fingerprint of the code this run executes (:mod:`fedcompanion.fingerprint`, from
+fields), plus ``code``: the fingerprint of the code this run executes (:mod:`fedcompanion.infra.fingerprint`, from
 the run driver and the registry entries the config names: its algorithm (and any algorithm that one names, by a
 hyperparameter or a default), engine, task builder, dataset loader, partitioner and metrics), plus ``files``: the
 checksums of the shipped data files its task reads, plus ``data`` for a user's own dataset or task: a digest of its
@@ -22,14 +22,13 @@ from ..data.loaders import LOADERS, dataset_digest, held_digest
 from ..data.partition import PARTITIONS, partition_parameters
 from ..engine import ENGINES, LocalWork
 from ..engine.sampling import SAMPLINGS
-from ..fingerprint import fingerprint, in_package
+from ..infra.fingerprint import fingerprint, in_package
+from ..models import MODELS
 from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
+from ..settings import ENGINE_ONLY
 from ..tasks import TASKS, is_partitioned, task_digest
-from ..validation import MAX_SEED, ConfigError, check_choice, check_device, check_number
-
-DRIVER = f"{__name__.rpartition('.')[0]}.runner"  # the module that runs a config: every run executes it
-ENGINE_ONLY = ("clients_per_round", "lr", "local", "sampling", "engine")
+from ..validation import ConfigError, check_argument, check_choice, check_device
 
 
 @dataclass
@@ -84,11 +83,15 @@ class ExperimentConfig:
         return is_engine_class(REGISTRY.lookup(self.algorithm))
 
     # ------------------------------------------------------------------ the key
-    def _dataset(self) -> str | None:
-        if "dataset" in self.task_args:
-            return self.task_args["dataset"]
-        parameter = inspect.signature(TASKS.lookup(self.task)).parameters.get("dataset")
+    def _argument(self, name: str):
+        """The task builder's argument ``name``: the config's, else the builder's default (``None``: it has none)."""
+        if name in self.task_args:
+            return self.task_args[name]
+        parameter = inspect.signature(TASKS.lookup(self.task)).parameters.get(name)
         return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+
+    def _dataset(self) -> str | None:
+        return self._argument("dataset")
 
     def _partition_scheme(self) -> str | None:
         if not is_partitioned(TASKS.lookup(self.task)):
@@ -104,6 +107,9 @@ class ExperimentConfig:
             roots.append(LOADERS[dataset])
         if isinstance(scheme, str) and scheme in PARTITIONS:
             roots.append(PARTITIONS[scheme])
+        model = self._argument("model")
+        if isinstance(model, str) and model in MODELS:  # the registry is opaque to the fingerprint: the entry named
+            roots.append(MODELS[model])
         return roots
 
     def algorithm_classes(self) -> list:
@@ -126,7 +132,9 @@ class ExperimentConfig:
         """What the run executes, as fingerprint roots: the run driver, the algorithm's classes (and any algorithm
         it names), the engine (for an engine run), the task's roots and the metrics: the core plus the registry
         entries the config names."""
-        roots: list = [DRIVER, *self.algorithm_classes(), *self.task_roots()]
+        from .runner import run_config  # the function that runs a config (its module's other helpers are not run)
+
+        roots: list = [run_config, *self.algorithm_classes(), *self.task_roots()]
         if self.is_engine_run:
             roots.append(ENGINES.lookup(self.engine))
         return roots + [registry("metric")[m] for m in self.metrics if m in registry("metric")]
@@ -189,11 +197,8 @@ class ExperimentConfig:
         TASKS.lookup(self.task)
         self._check_task_args()
         make(self.algorithm, **self.hyperparameters)
-        check_number("rounds", self.rounds, low=1, integer=True)
-        check_number("eval_every", self.eval_every, low=1, integer=True)
-        check_number("seed", self.seed, low=0, high=MAX_SEED, integer=True)
-        if self.divergence_factor is not None:
-            check_number("divergence_factor", self.divergence_factor, low=1.0)
+        for name in ("rounds", "eval_every", "seed", "divergence_factor"):
+            check_argument(name, getattr(self, name))
         for name in ("per_client_metrics", "save_params", "eval_train"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -208,19 +213,17 @@ class ExperimentConfig:
             if unknown:
                 raise ConfigError(f"local has no field {unknown}; LocalWork's fields are {fields}")
             LocalWork(**self.local)
-            check_number("lr", self.lr, low=0.0, low_open=True)
+            check_argument("lr", self.lr)
             check_choice("engine", self.engine, ENGINES)
             check_choice("sampling", self.sampling, SAMPLINGS)
-            if self.clients_per_round is not None:
-                check_number("clients_per_round", self.clients_per_round, low=1, integer=True)
+            check_argument("clients_per_round", self.clients_per_round)
             if self.tol is not None:
                 raise ConfigError(f"tol applies to the ADMM family only, not to {self.algorithm}")
         else:
             if self.task not in ("least_squares", "qsar"):
                 raise ConfigError(f"{self.algorithm} solves tasks with a linear model only (least_squares, qsar), "
                                   f"got {self.task!r}")
-            if self.tol is not None:
-                check_number("tol", self.tol, low=0.0, low_open=True)
+            check_argument("tol", self.tol)
         return self
 
     def _check_task_args(self) -> None:

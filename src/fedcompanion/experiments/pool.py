@@ -12,9 +12,9 @@ run). The Dask path trusts its cluster: no authentication or encryption unless D
   started with the user's own registrations.
 * a Dask cluster (``pip install 'fedcompanion[dask]'``): ``sweep(..., executor=client.get_executor())``, or for every
   sweep of a process and its notebooks' kernels the address in ``FEDCOMPANION_SCHEDULER``
-  (``tcp://HOST:8786``; :func:`scheduler_executor`); ``python -m fedcompanion.reproduce --scheduler ADDRESS`` sets it,
-  and ``--scheduler local`` starts a cluster of this machine's cores that every notebook of the reproduction shares:
-  one queue, no core idle while a run of any notebook waits.
+  (``tcp://HOST:8786``; :func:`scheduler_executor`); ``python -m fedcompanion.reproduction.reproduce --scheduler
+  ADDRESS`` sets it, and ``--scheduler local`` starts a cluster of this machine's cores that every notebook of the
+  reproduction shares: one queue, no core idle while a run of any notebook waits.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from ..data.loaders import hold_digests
-from ..machine import numerical_platform
+from ..infra.machine import numerical_platform
 from ..protocol import RunResult
 from ..registry import restore
 from ..validation import ConfigError
@@ -43,7 +43,7 @@ def compute(config: ExperimentConfig, key: dict, entries: dict | None = None, pa
             ) -> tuple[RunResult | None, str | None, dict]:
     """A worker's job: register the user's ``entries`` (a cluster's worker has not seen them), run ``config`` with
     ``RUN_THREADS`` torch threads and return ``(result, None, platform)``, or ``(None, the error, platform)``;
-    ``platform`` is this worker's numerical platform (:func:`~fedcompanion.machine.numerical_platform`), which the
+    ``platform`` is this worker's numerical platform (:func:`~fedcompanion.infra.machine.numerical_platform`), which the
     stored run records. ``package`` is the asking process's :meth:`ExperimentConfig.package_code`: a worker whose
     package code for the run differs refuses it, whatever the run uses; and ``key`` is the asker's key of the
     config: without user entries (whose modules may have other names here) a worker whose code keys the run

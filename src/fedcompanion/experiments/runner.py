@@ -14,7 +14,6 @@ from ..engine import LocalWork
 from ..protocol import RunResult
 from ..registry import registry
 from ..tasks import TASKS
-from ..validation import ConfigError
 
 RUN_THREADS = 1  # torch threads per run in a sweep: fixed, so that float32 results never depend on ``jobs``
 
@@ -43,9 +42,6 @@ def run_config(config, progress: bool = False) -> RunResult:
                   divergence_factor=config.divergence_factor, progress=progress)
     if not config.is_engine_run:
         return run(task, algorithm, config.rounds, tol=config.tol, **common)
-    if config.clients_per_round is not None and config.clients_per_round > task.num_clients:
-        raise ConfigError(f"clients_per_round must be between 1 and num_clients={task.num_clients}, "
-                          f"got {config.clients_per_round}")
     return run(task, algorithm, config.rounds, config.clients_per_round, engine=config.engine, lr=config.lr,
                local=LocalWork(**config.local), sampling=config.sampling, per_client_metrics=config.per_client_metrics,
                eval_train=config.eval_train, **common)

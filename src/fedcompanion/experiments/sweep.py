@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..atomic import clean_torn
 from ..data.loaders import hold_digests, transportable
+from ..infra.atomic import clean_torn
 from ..registry import user_entries
 from ..validation import ConfigError, check_choice, check_number
 from .cache import is_cached, load_result, store

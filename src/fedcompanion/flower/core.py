@@ -19,8 +19,8 @@ from ..algorithms import make
 from ..driver import Recorder, Schedule, client_work, initial_state, run_rounds
 from ..engine import LocalWork
 from ..experiments import METRICS, ExperimentConfig, build_task
-from ..logs import LOGGER
-from ..logs import configure as configure_logging
+from ..infra.logs import LOGGER
+from ..infra.logs import configure as configure_logging
 from ..protocol import ActiveClients, RoundInfo, RunResult, State, Watch, floats
 from ..validation import ConfigError
 

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..processes import stop_tree, watch
+from ..infra.processes import stop_tree, watch
 
 APP = Path(__file__).resolve().parents[3] / "examples" / "flower"
 BIN = Path(sys.executable).parent
@@ -145,7 +145,7 @@ def _stop_on_signal(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The command line (module docstring); returns the exit status."""
     from ..experiments import ExperimentConfig, build_task, load_result
-    from ..logs import configure as configure_logging
+    from ..infra.logs import configure as configure_logging
     from ..validation import ConfigError
 
     configure_logging()

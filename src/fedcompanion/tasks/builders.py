@@ -16,7 +16,7 @@ from ..data.files import reads
 from ..data.loaders import ArrayDataset, load_dataset, load_qsar
 from ..data.partition import partition
 from ..data.synthetic import heterogeneous_least_squares, synthetic_li
-from ..models import Centroids, make_model
+from ..models import Centroids, least_squares_model, logistic_model, make_model
 from ..registry import Registry
 from ..validation import ConfigError, check_choice, check_number
 from .core import Task, from_client_arrays
@@ -79,7 +79,7 @@ def least_squares_task(num_clients: int = 32, dim: int = 100, seed: int = 0, *, 
     check_number("noise", noise, low=0.0)
     check_number("nonconvex", nonconvex, low=0.0)
     clients = heterogeneous_least_squares(num_clients, dim, np.random.default_rng([seed, 0]), noise=noise)
-    net = make_model("linear", dim, 1)
+    net = least_squares_model(dim)
     return from_client_arrays(f"least_squares/{num_clients}x{dim}{_nonconvex(nonconvex)}", clients, net, "squared",
                               weights="uniform", dtype=dtype, nonconvex=nonconvex).to(device)
 
@@ -113,7 +113,7 @@ def qsar_logistic_task(num_clients: int = 64, mu: float = 1e-3, seed: int = 0, s
     if setting == "ours":
         train, test = load_qsar(seed=seed)
         parts = np.array_split(np.arange(len(train)), num_clients)
-        net = make_model("logistic", train.x.shape[1], 2)
+        net = logistic_model(train.x.shape[1], 2)
         clients = [(train.x[p], train.y[p]) for p in parts]
         return from_client_arrays(f"qsar/{num_clients}{_nonconvex(nonconvex)}", clients, net, "logistic",
                                   weights="size", l2=mu, test=test, dtype=dtype, nonconvex=nonconvex).to(device)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ..data.loaders import ArrayDataset
 from ..losses import Loss
-from ..models import make_model
+from ..models import mlp_model
 from ..validation import ConfigError, check_number
 from .builders import TASKS, _split
 from .core import Task, from_client_arrays
@@ -98,7 +98,7 @@ def semi_supervised_task(dataset: str = "mnist", num_clients: int = 100, alpha: 
         chosen = rng.choice(len(p), size=min(k, len(p)), replace=False)
         weights[chosen] = eye[y[p[chosen]]]
         clients.append((train.x[p], weights))
-    net = make_model("mlp", int(np.prod(train.x.shape[1:])), train.num_classes, hidden=tuple(hidden))
+    net = mlp_model(int(np.prod(train.x.shape[1:])), train.num_classes, hidden=tuple(hidden))
     label = f"{dataset}-semi-supervised/dirichlet(alpha={alpha})/{num_clients}/labelled={labelled_fraction:g}"
     task = from_client_arrays(label, clients, net, SOFT_LABELS, test=ArrayDataset(test.x, test.y, test.num_classes))
     labels = torch.cat([torch.as_tensor(y[p]) for p in parts])

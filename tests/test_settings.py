@@ -1,0 +1,69 @@
+"""fc.run's arguments, checked once: each number's rule is declared once (``validation.ARGUMENTS``) and read by
+``fc.run`` and by ``ExperimentConfig`` alike; the engine is checked for every algorithm; the ADMM family refuses
+every engine-only argument (``settings.ENGINE_ONLY``) at a value other than fc.run's default, where it used to run
+``fc.run(task, fc.make("ceadmm"), 3, engine="nonexistent", lr=123)`` silently."""
+import inspect
+
+import pytest
+
+import fedcompanion as fc
+from fedcompanion.algorithms.base import REGISTRY
+from fedcompanion.experiments import ExperimentConfig
+from fedcompanion.settings import ENGINE_ONLY
+from fedcompanion.validation import ARGUMENTS, ConfigError
+
+ARGS = dict(num_clients=4, dim=3)
+BAD = {"rounds": 0, "seed": -1, "eval_every": 0, "divergence_factor": 0.5, "lr": 0.0, "tol": -1.0, "threads": 0,
+       "clients_per_round": 0}
+
+
+@pytest.fixture(scope="module")
+def lsq():
+    return fc.tasks.least_squares_task(seed=0, **ARGS)
+
+
+def test_every_declared_rule_is_tried_here():
+    assert set(BAD) == set(ARGUMENTS)
+
+
+@pytest.mark.parametrize("name", sorted(set(BAD) - {"threads"}))  # a config has no threads: a sweep fixes them
+def test_a_bad_value_gets_the_same_message_from_fc_run_and_from_a_config(lsq, name):
+    algorithm = "ceadmm" if name == "tol" else "fedavg"  # tol is the ADMM family's
+    with pytest.raises(ConfigError) as from_run:
+        fc.run(lsq, fc.make(algorithm), **{"rounds": 2, name: BAD[name]})
+    with pytest.raises(ConfigError) as from_config:
+        ExperimentConfig(task="least_squares", task_args=ARGS, algorithm=algorithm, **{name: BAD[name]}).validate()
+    if name == "clients_per_round":  # fc.run knows the task, and says its upper bound too
+        assert str(from_run.value) == "clients_per_round must be >= 1 and <= 4, got 0"
+        assert str(from_config.value) == "clients_per_round must be >= 1, got 0"
+    else:
+        assert str(from_run.value) == str(from_config.value) and name in str(from_run.value)
+
+
+def test_a_config_asking_for_more_clients_than_its_task_has_gets_fc_runs_message():
+    config = ExperimentConfig(task="least_squares", task_args=ARGS, clients_per_round=9, rounds=1)
+    with pytest.raises(ConfigError, match=r"clients_per_round must be >= 1 and <= 4, got 9"):
+        fc.experiments.run_config(config)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_an_unknown_engine_is_refused_for_every_algorithm(lsq, name):
+    with pytest.raises(ConfigError, match="unknown engine 'nonexistent'"):
+        fc.run(lsq, fc.make(name), 1, engine="nonexistent")
+
+
+ENGINE_VALUES = {"clients_per_round": 2, "engine": "loop", "lr": 123.0, "local": fc.LocalWork(steps=1),
+                 "sampling": "full", "per_client_metrics": False, "eval_train": False}
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_ONLY))
+def test_the_admm_family_refuses_every_engine_only_argument(lsq, name):
+    with pytest.raises(ConfigError, match=f"{name} does not apply to ceadmm"):
+        fc.run(lsq, fc.make("ceadmm"), 2, **{name: ENGINE_VALUES[name]})
+
+
+def test_the_engine_only_defaults_are_fc_runs_own_and_every_one_is_tried():
+    defaults = {n: p.default for n, p in inspect.signature(fc.run).parameters.items()}
+    assert {n: defaults[n] for n in ENGINE_ONLY} == ENGINE_ONLY
+    assert set(ENGINE_VALUES) == set(ENGINE_ONLY)
+    fc.run(fc.tasks.least_squares_task(seed=0, **ARGS), fc.make("ceadmm"), 2, **ENGINE_ONLY)  # the defaults: runs

@@ -6,12 +6,17 @@ import pytest
 import torch
 
 import fedcompanion as fc
+from fedcompanion.algorithms.base import REGISTRY, is_engine_class
 from fedcompanion.driver import play_round
 from fedcompanion.protocol import RoundInfo
 
-ENGINE_ALGORITHMS = [("fedavg", {}), ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),
-                     ("fedvra", {"gamma": 0.3, "server_update": "direct"}), ("fedadmm", {"gamma": 0.3}),
-                     ("feddyn", {"alpha": 0.3}), ("scaffold", {"option": "II"}), ("scaffold", {"option": "I"})]
+# every registered engine algorithm at its defaults (two_block needs a clustering or semi-supervised task: its
+# purity is tested in tests/test_two_block.py), and variants whose state differs
+DEFAULTS = [(n, {}) for n in sorted(REGISTRY) if is_engine_class(REGISTRY[n]) and n != "two_block"]
+ENGINE_ALGORITHMS = DEFAULTS + [
+    ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),
+    ("fedvra", {"gamma": 0.3, "server_update": "direct"}), ("fedadmm", {"gamma": 0.3}), ("feddyn", {"alpha": 0.3}),
+    ("scaffold", {"option": "II"}), ("scaffold", {"option": "I"})]
 IDS = [f"{n}-{h}" for n, h in ENGINE_ALGORITHMS]
 WORK = fc.LocalWork(steps=3, batch_size=4)
 

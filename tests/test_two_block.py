@@ -61,6 +61,22 @@ def test_two_block_fedvra_reaches_a_stationary_point_and_fedavg_drifts(blobs):
     assert clustering_objective(blobs, vra.params, tau) < clustering_objective(blobs, avg.params, tau)
 
 
+def test_a_two_block_run_changes_neither_the_algorithm_nor_the_task(blobs):
+    """tests/test_state.py's purity test for the one engine algorithm that needs a clustering task."""
+    import copy
+
+    algo = fc.make("two_block", tau=2.0, inner="fedvra", inner_hyperparameters={"gamma": 0.5})
+    before = copy.deepcopy(vars(algo))
+    data = (blobs.x_all.clone(), blobs.y_all.clone(), blobs.weights.clone())
+    first = fc.run(blobs, algo, rounds=3, lr=0.1, local=fc.LocalWork(steps=2, batch_size=None),
+                   per_client_metrics=False)
+    assert repr(vars(algo)) == repr(before)
+    assert all(torch.equal(a, b) for a, b in zip(data, (blobs.x_all, blobs.y_all, blobs.weights)))
+    again = fc.run(blobs, algo, rounds=3, lr=0.1, local=fc.LocalWork(steps=2, batch_size=None),
+                   per_client_metrics=False)
+    assert torch.equal(first.params, again.params)  # the object left nothing behind that changes the next run
+
+
 def test_two_block_needs_a_clustering_task(lsq):
     with pytest.raises(fc.ConfigError, match="clustering or semi-supervised task"):
         fc.run(lsq, fc.make("two_block"), rounds=1)

@@ -252,7 +252,8 @@ def run(
 
     The ADMM family (``fc.make("ceadmm", k0=10)``, ...) runs full-batch with every client in every iteration and
     its own local step: ``clients_per_round``, ``engine``, ``lr``, ``local``, ``sampling``, ``per_client_metrics``
-    and ``eval_train`` do not apply to it (see :mod:`fedcompanion.algorithms.ceadmm` for what it records).
+    and ``eval_train`` do not apply to it, and it refuses each at any value but its default
+    (:data:`~fedcompanion.settings.ENGINE_ONLY`; see :mod:`fedcompanion.algorithms.ceadmm` for what it records).
 
     The first run in a process asks glibc's malloc to keep freed blocks for reuse (:mod:`fedcompanion.infra.memory`;
     ``FEDCOMPANION_SYSTEM_MALLOC=1`` opts out): where memory comes from, never the numbers.

@@ -166,6 +166,7 @@ def test_cli_lists_and_runs_a_yaml_sweep(tmp_path, capsys):
     listing = capsys.readouterr().out
     assert "adafedadam" in listing and "server_lr=0.001" in listing and "dirichlet  alpha=0.5, min_size=2" in listing
     assert "fedavgm" in listing and "quantity   beta=1.0, min_size=2" in listing
+    assert "models (task_args model): linear, logistic, mlp, cnn, cifar_cnn" in listing and "batched, loop" in listing
     config = tmp_path / "sweep.yaml"
     config.write_text("base:\n  task: least_squares\n  task_args: {num_clients: 4, dim: 3}\n  rounds: 3\n"
                       "  clients_per_round: 2\n  local: {steps: 2, batch_size: null}\n"

@@ -152,11 +152,13 @@ def _signature(fn, skip=()) -> str:
 
 
 def cmd_list(args) -> int:
-    """``fedcompanion list``: algorithms, tasks, partitioners, datasets and metrics with their keywords."""
+    """``fedcompanion list``: algorithms, tasks, partitioners, datasets, metrics, models and engines."""
     from .algorithms import REGISTRY, Algorithm
     from .data.loaders import LOADERS
     from .data.partition import PARTITIONS, partition_parameters
+    from .engine import ENGINES
     from .experiments import METRICS, TASKS
+    from .models import MODELS
 
     print("algorithms (fc.make(name, ...)):")
     for name, cls in sorted(REGISTRY.items()):
@@ -171,6 +173,8 @@ def cmd_list(args) -> int:
         print(f"  {name:10s} {', '.join(keys) or '-'}")
     print(f"\ndatasets (task_args dataset): {', '.join(LOADERS)}")
     print(f"\nextra metrics (ExperimentConfig(metrics=[...])): {', '.join(METRICS)}")
+    print(f"\nmodels (task_args model): {', '.join(MODELS)}")
+    print(f"\nengines (ExperimentConfig(engine=...)): {', '.join(ENGINES)}")
     return 0
 
 

@@ -70,7 +70,7 @@ CASES = [
      r"no argument \['dimm'\]"),
     ("sweep: unknown sampling", lambda t: _cfg(sampling="random"), ConfigError, "unknown sampling 'random'"),
     ("sweep: ADMM family on an MLP task", lambda t: _cfg(task="dataset", task_args={}, algorithm="ceadmm"),
-     ConfigError, "tasks with a linear model only"),
+     ConfigError, "needs a linear model with a least-squares or logistic loss"),
     ("sweep: eval_every 0", lambda t: _cfg(eval_every=0), ConfigError, "eval_every must be >= 1"),
     # ---- fc.run
     ("rounds 0", lambda t: _run(t, rounds=0), ConfigError, "rounds must be >= 1"),

@@ -67,3 +67,21 @@ def test_the_engine_only_defaults_are_fc_runs_own_and_every_one_is_tried():
     assert {n: defaults[n] for n in ENGINE_ONLY} == ENGINE_ONLY
     assert set(ENGINE_VALUES) == set(ENGINE_ONLY)
     fc.run(fc.tasks.least_squares_task(seed=0, **ARGS), fc.make("ceadmm"), 2, **ENGINE_ONLY)  # the defaults: runs
+
+
+def test_the_admm_family_runs_from_a_config_on_a_users_convex_task_and_refuses_another_with_the_reason(tmp_path):
+    """A config used to refuse the ADMM family on every task but two names (least_squares, qsar); it now asks the
+    task itself: a linear model with a least-squares or logistic loss, a user's task too."""
+    from fedcompanion.experiments import sweep
+
+    fc.register_task("my-regression", lambda seed=0: fc.tasks.least_squares_task(num_clients=4, dim=3, seed=seed))
+    fc.register_task("my-network", lambda seed=0: fc.tasks.synthetic_task(num_clients=4, seed=seed, model="mlp"))
+    try:
+        runs = sweep([ExperimentConfig(task="my-regression", algorithm=a, rounds=20, seed=s)
+                      for a in ("ceadmm", "iceadmm") for s in (0, 1)], tmp_path, jobs=1, progress=False)
+        assert sorted(runs.attrs["runs"].status) == ["ok"] * 4
+        with pytest.raises(ConfigError, match="ceadmm needs a linear model with a least-squares or logistic loss"):
+            ExperimentConfig(task="my-network", algorithm="ceadmm", rounds=2).validate()
+    finally:
+        for name in ("my-regression", "my-network"):
+            fc.experiments.TASKS.pop(name)

@@ -28,6 +28,7 @@ from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
 from ..settings import ENGINE_ONLY
 from ..tasks import TASKS, is_partitioned, task_digest
+from ..tasks.core import linear_design
 from ..validation import ConfigError, check_argument, check_choice, check_device
 
 
@@ -220,11 +221,20 @@ class ExperimentConfig:
             if self.tol is not None:
                 raise ConfigError(f"tol applies to the ADMM family only, not to {self.algorithm}")
         else:
-            if self.task not in ("least_squares", "qsar"):
-                raise ConfigError(f"{self.algorithm} solves tasks with a linear model only (least_squares, qsar), "
-                                  f"got {self.task!r}")
             check_argument("tol", self.tol)
+            self._check_convex_task()
         return self
+
+    def _check_convex_task(self) -> None:
+        """The ADMM family solves any task whose model is linear with a least-squares or logistic loss (a user's
+        task too): the task is built (cached per process, so the run reuses it) and refused with the reason."""
+        from .runner import build_task
+
+        try:
+            linear_design(build_task(self))
+        except NotImplementedError as exc:
+            raise ConfigError(f"{self.algorithm} needs a linear model with a least-squares or logistic loss: "
+                              f"{exc}") from None
 
     def _check_task_args(self) -> None:
         builder = TASKS[self.task]

@@ -106,6 +106,12 @@ class Tuned:
         return self.deepest().groupby(list(self.grid)).agg(rounds=("rounds", "first"),
                                                            score=("score", _mean)).reset_index()
 
+    def summary(self) -> dict:
+        """What a notebook's summary records of this tuning (its ``checks``, which the tests read back): the chosen
+        setting, its grid and the edges it reached, the default, and both scores."""
+        return {"value": self.setting, "grid": self.grid, "at_edge": self.at_edge, "default": self.default,
+                "default_score": self.default_score, "score": self.score}
+
     def line(self) -> str:
         """``method: default ... score s0 -> tuned ... score s1`` (the report's "default vs best")."""
         edge = f" (at the edge of its grid: {', '.join(self.at_edge)})" if self.at_edge else ""

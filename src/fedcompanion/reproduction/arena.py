@@ -267,9 +267,7 @@ class Outcome:
         rank = rank.where(pd.notna(rank), None)
         return {"task": asdict(self.task), "ranking": rank.to_dict("records"), "ties": self.ties(),
                 "sentence": self.sentence(), "diverged": self.diverged, "runs": self.runs,
-                "tuned": {m: {"value": t.setting, "default": t.default, "grid": t.grid, "at_edge": t.at_edge,
-                              "score": t.score, "default_score": t.default_score, "source": "tuned"}
-                          for m, t in self.tuned.items()}}
+                "tuned": {m: {**t.summary(), "source": "tuned"} for m, t in self.tuned.items()}}
 
 
 def diverged_runs(table: pd.DataFrame, prefix: str) -> list[dict]:

@@ -58,7 +58,7 @@ def speed_and_fairness_claims(P, *, summaries: dict, frame_b, robustness, robust
                                        "higher")[0]) for c in runs]
         return pd.Series(early, index=[c.seed for c in runs]).groupby(level=0).max().loc[P.seeds].tolist()
 
-    tuned_note = "; ".join(f"{m}: " + ", ".join(f"{k} {v:g}" for k, v in t.setting.items()) for m, t in tuned.items())
+    tuned_note = "; ".join(f"{m}: {format_setting(t.setting)}" for m, t in tuned.items())
     length = "the paper's 200 rounds" if P.rounds_a == 200 else f"{P.rounds_a} of the paper's 200 rounds"
     settings_a = f"authors' setting, {length}, {len(P.seeds)} seeds ({P.seeds})"
     settings_b = (f"{P.clients_b} clients, Dirichlet(0.1), {P.per_round_b} per round, {P.rounds_b} rounds, "

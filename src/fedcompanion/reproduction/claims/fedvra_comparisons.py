@@ -3,6 +3,7 @@
 (:mod:`fedcompanion.reproduction.claims`)."""
 from __future__ import annotations
 
+from ...experiments.tuning import format_setting
 from ..plots import mean_spread
 from ..rule.claim import words
 from ..rule.item import identity, paired
@@ -23,7 +24,7 @@ def against_baselines_claims(P, *, per_seed, final, tuned: dict, uploads: dict, 
                 if m != "FedVRA" and not (w == "uniform" and m == "FedDyn")]
     numbers = "; ".join(f"{w} weights: " + ", ".join(
         f"{m} {mean_spread(per_seed.loc[(w, m)]['mean accuracy'])}" for m in order) for w in weightings)
-    tuned_note = "; ".join(f"{m} ({w} weights): " + ", ".join(f"{k} {v:g}" for k, v in t.setting.items())
+    tuned_note = "; ".join(f"{m} ({w} weights): {format_setting(t.setting)}"
                            for (w, m), t in tuned.items() if w == "uniform" or m not in unweighted)
     w0, m0 = weightings[0], next(m for m in order if m != "FedVRA")  # the control: m0 stopped at half its rounds in
     control_faster = stopped_early(                                     # FedVRA's place

@@ -23,14 +23,12 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)
 
-# Unit tests (Flower included), every notebook under papermill with the smoke profile (one per core, as `make
-# reproduce` runs them), the site and the report checks; then nbval re-runs the executed notebooks, one pytest per
-# core, and requires the marked outputs to come out identical (determinism); then a smoke-sized subset of the
-# committed figure runs is recomputed and compared (verify).
+# Everything, in two lanes side by side (tests/suite.py): every notebook under papermill with the smoke profile (one
+# per core, as `make reproduce` runs them), the site from those copies, then nbval over them, requiring the marked
+# outputs to come out identical (determinism); beside it, every other test (Flower included, one thread) and then a
+# smoke-sized subset of the committed figure runs recomputed and compared (verify).
 test: $(STAMP)
-	$(BIN)/pytest -q
-	$(BIN)/python tests/nbval_parallel.py build/executed
-	$(BIN)/python -m fedcompanion.reproduction.verify --subset smoke
+	$(BIN)/python tests/suite.py
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not notebook"

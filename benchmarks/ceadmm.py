@@ -28,8 +28,8 @@ import pandas as pd
 import torch
 
 import fedcompanion as fc
-from fedcompanion.algorithms.admm_blocks import ClientBlocks
 from fedcompanion.infra.machine import default_threads
+from fedcompanion.tasks.convex import ClientBlocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = {

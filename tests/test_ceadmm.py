@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.algorithms.admm_blocks import ClientBlocks
+from fedcompanion.tasks.convex import ClientBlocks
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.algorithms.admm_blocks import ClientBlocks
 from fedcompanion.losses import SATURATING_SQUARE
+from fedcompanion.tasks.convex import ClientBlocks
 from fedcompanion.validation import ConfigError
 
 LAM = 10.0  # weight of the regulariser: the data Hessian's smallest eigenvalue is ~2.5, so f is non-convex

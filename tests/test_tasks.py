@@ -79,15 +79,16 @@ def test_every_loss_gives_its_output_gradient_as_autograd_does(name):
     without y, a missing weight) fails it."""
     loss = LOSSES[name]
     g = torch.Generator().manual_seed(0)
-    classes = 4 if name in ("cross_entropy", "cluster") else 1
+    classes = 4 if name in ("cross_entropy", "cluster", "soft_labels") else 1
     z = torch.randn(3, 5, classes, dtype=torch.float64, generator=g)
     y = {"cross_entropy": torch.randint(0, classes, (3, 5), generator=g),
          "logistic": torch.randint(0, 2, (3, 5), generator=g).double(),
          "squared": torch.randn(3, 5, dtype=torch.float64, generator=g),
-         "cluster": torch.softmax(torch.randn(3, 5, classes, dtype=torch.float64, generator=g), -1)}[name]
+         "cluster": torch.softmax(torch.randn(3, 5, classes, dtype=torch.float64, generator=g), -1),
+         "soft_labels": torch.softmax(torch.randn(3, 5, classes, dtype=torch.float64, generator=g), -1)}[name]
     w = torch.rand(3, 5, dtype=torch.float64, generator=g)
     leaf = z.clone().requires_grad_(True)
     rows = loss.per_sample(leaf.reshape(15, classes), y.reshape(15, *y.shape[2:]))
     expected = torch.autograd.grad((w.reshape(-1) * rows).sum(), leaf)[0]
     assert torch.allclose(loss.output_gradient(z.clone(), y, w), expected, rtol=1e-12, atol=1e-14)
-    assert (loss.kernel is not None) == (name != "cluster")  # the fused kernels know the three losses of the papers
+    assert (loss.kernel is not None) == (name not in ("cluster", "soft_labels"))  # the three losses of the papers

@@ -231,7 +231,8 @@ def run(
             one client and one step at a time; the same numbers up to rounding); more with ``register_engine``.
         lr: the client step size eta (> 0).
         local: the local work per round (default: one epoch of mini-batches of 32, plain SGD).
-        sampling: ``"uniform"``, ``"weighted"``, ``"full"``, or a callable ``r -> p^r`` [N].
+        sampling: ``"uniform"``, ``"weighted"``, ``"full"``, one added with ``register_sampling``, or a callable
+            ``r -> p^r`` [N].
         eval_every: evaluate every ``eval_every`` rounds (and at round 0, before training, and after the last).
         per_client_metrics: also record each client's loss and accuracy (on its held-out split if the task has
             one) at every evaluation.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .registry import Registry
 from .validation import ConfigError
 
 
@@ -48,6 +49,7 @@ class Loss:
     kernel: str | None = None  # the closed form of :func:`output_gradient` (the engines' fused kernels need one)
     curvature_bound = float("nan")
     target_ndim = 1  # one target per row (clustering's are rows of assignments)
+    private_block = False  # the targets are rows on the simplex the two-block algorithm sets (its private block)
 
     def per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The training loss of each sample, [n]."""
@@ -194,6 +196,7 @@ class Cluster(Loss):
 
     name = "cluster"
     target_ndim = 2
+    private_block = True
 
     def per_sample(self, out, y):
         return (y * out).sum(-1)
@@ -234,11 +237,31 @@ class SaturatingSquare:
 
 SATURATING_SQUARE = SaturatingSquare()
 
-LOSSES: dict[str, Loss] = {loss.name: loss for loss in (CrossEntropy(), Logistic(), Squared(), Cluster())}
+def _check_loss(name: str, loss) -> Loss:
+    if isinstance(loss, type) and issubclass(loss, Loss):  # a decorated class: its instance
+        loss = loss()
+    if not isinstance(loss, Loss):
+        raise ConfigError(f"loss {name!r}: register a Loss (or a subclass of it), got {loss!r}")
+    if loss.name != name:
+        raise ConfigError(f"loss {name!r}: the loss's name attribute must be the name it is registered under, "
+                          f"got {loss.name!r}")
+    return loss
+
+
+LOSSES = Registry("loss", _check_loss)
+
+
+def register_loss(name: str, loss: Loss | type | None = None):
+    """Make ``loss=name`` (a task builder's, :func:`~fedcompanion.tasks.from_client_arrays`'s) use ``loss``, an
+    instance or subclass of :class:`Loss` whose ``name`` is ``name`` (a class decorator without ``loss``). A task
+    keys its runs by its loss's code where the loss is a user's (:func:`~fedcompanion.tasks.core.task_digest`)."""
+    return LOSSES.register(name, loss)
+
+
+for _loss in (CrossEntropy, Logistic, Squared, Cluster):
+    register_loss(_loss.name, _loss)
 
 
 def get_loss(name: str) -> Loss:
-    """The loss named ``name``: cross_entropy, logistic, squared or cluster."""
-    from .validation import check_choice
-
-    return LOSSES[check_choice("loss", name, LOSSES)]
+    """The loss registered as ``name``: cross_entropy, logistic, squared, cluster, soft_labels or a user's."""
+    return LOSSES.lookup(name)

@@ -66,17 +66,19 @@ class Centroids(nn.Module):
         return (a * a).sum(1, keepdim=True) - 2 * a @ self.mu.T + (self.mu * self.mu).sum(1)
 
 
-MODELS = Registry("model")  # name -> builder(in_features, num_classes, **options) -> nn.Module
+def _check_model_builder(name: str, builder: Callable) -> Callable:
+    if not callable(builder):
+        raise ConfigError(f"model {name!r}: the builder must be callable (in_features, num_classes, **options)")
+    return builder
+
+
+MODELS = Registry("model", _check_model_builder)  # name -> builder(in_features, num_classes, **options) -> nn.Module
 
 
 def register_model(name: str, builder: Callable | None = None):
     """Register ``builder(in_features, num_classes, **options) -> nn.Module`` as model ``name`` (a decorator without
     ``builder``): a task builder's ``model=name`` and a config's ``task_args`` then reach it, and its code enters the
     key of every run that names it."""
-    if builder is None:
-        return lambda fn: register_model(name, fn)
-    if not callable(builder):
-        raise ConfigError(f"model {name!r}: the builder must be callable (in_features, num_classes, **options)")
     return MODELS.register(name, builder)
 
 

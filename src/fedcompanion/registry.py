@@ -1,8 +1,10 @@
-"""Registries by name, one kind each (algorithm, task, dataset, partition, metric, model, engine), that a user can
-extend.
+"""Registries by name, one kind each (algorithm, engine, task, dataset, partition, metric, model, loss, sampling),
+that a user can extend.
 
-A :class:`Registry` is a dict from name to entry with a ``register`` method (usable as a decorator) and a
-``get`` that fails with the known names. What a user registers from outside the package is remembered as
+A :class:`Registry` is a dict from name to entry with one way in, ``register(name, entry)`` (or, without the entry,
+a decorator), which checks the entry with the kind's own rule, and a ``lookup`` that fails with the known names.
+Every kind's public function, ``fc.register_<kind>(name, entry=None)``, is that method: the built-ins are
+registered through it like a user's entries. What a user registers from outside the package is remembered as
 *user entries*: a sweep with ``jobs > 1`` sends them to its worker processes (:func:`user_entries`,
 :func:`restore`), so a dataset or algorithm registered in a notebook runs in parallel like a built-in one.
 """
@@ -18,27 +20,34 @@ from .validation import ConfigError, check_choice
 
 PACKAGE = __name__.rpartition(".")[0]
 _ALL: dict[str, Registry] = {}
+_SEALED = [False]  # set once the package has imported: what registers after that is a user's entry
 
 
 class Registry(dict):
-    """Name -> entry for one ``kind`` of thing. ``register(name, entry)`` or ``@register(name)``; ``lookup(name)``."""
+    """Name -> entry for one ``kind`` of thing. ``register(name, entry)`` or ``@register(name)``; ``lookup(name)``.
 
-    def __init__(self, kind: str):
+    ``check(name, entry)``: the kind's rule, raising :class:`ConfigError` on an entry it cannot run (and returning
+    the entry to keep, e.g. an instance of a decorated class); ``None`` keeps every entry as it is."""
+
+    def __init__(self, kind: str, check: Callable[[str, Any], Any] | None = None):
         super().__init__()
-        self.kind = kind
+        self.kind, self.check = kind, check
         self.user: set[str] = set()  # names registered from outside the package
         _ALL[kind] = self
 
     def register(self, name: str, entry: Any = None, *, user: bool | None = None) -> Any:
         """Register ``entry`` under ``name`` (replacing an earlier one); without ``entry``, a decorator. ``user``:
-        whether it is a user entry (default: whether it was defined outside the package)."""
+        whether it is a user entry (default: registered after the package's import, as a notebook or script does
+        with any function, a package one too, or defined outside the package)."""
         if not isinstance(name, str) or not name:
             raise ConfigError(f"a {self.kind} is registered under a non-empty name (str), got {name!r}")
         if entry is None:
-            return lambda obj: self.register(name, obj, user=user)
+            return lambda obj: (self.register(name, obj, user=user), obj)[1]
+        if self.check is not None:
+            entry = self.check(name, entry)
         super().__setitem__(name, entry)
         if user is None:
-            user = any(module.split(".")[0] != PACKAGE for module in _modules(entry))
+            user = _SEALED[0] or any(module.split(".")[0] != PACKAGE for module in _modules(entry))
         (self.user.add if user else self.user.discard)(name)
         return entry
 
@@ -61,6 +70,12 @@ class Registry(dict):
             raise ConfigError(f"{self.kind} must be a name (str), got {name!r} ({type(name).__name__})")
         check_choice(self.kind, name, self)
         return self[name]
+
+
+def seal() -> None:
+    """Mark the package's own registrations done (the package's ``__init__`` calls it last): every entry registered
+    from then on is a user entry, which a sweep sends to its worker processes and a config keys by its content."""
+    _SEALED[0] = True
 
 
 def _modules(entry: Any) -> list[str]:
@@ -87,8 +102,8 @@ def travel_problem(entry: Any) -> str | None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind`` (``algorithm``, ``task``, ``dataset``, ``partition``, ``metric``, ``model``,
-    ``engine``)."""
+    """The registry of ``kind`` (``algorithm``, ``engine``, ``task``, ``dataset``, ``partition``, ``metric``,
+    ``model``, ``loss``, ``sampling``)."""
     check_choice("registry kind", kind, _ALL)
     return _ALL[kind]
 

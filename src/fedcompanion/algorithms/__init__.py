@@ -6,9 +6,9 @@ Every module of this package is imported here, so that its ``@register`` runs: a
 import importlib as _importlib
 import pkgutil as _pkgutil
 
-from .base import REGISTRY, Algorithm, ServerState, make, register
+from .base import REGISTRY, Algorithm, ServerState, make, register, register_algorithm
 
 for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__)):
     _importlib.import_module(f"{__name__}.{_module}")
 
-__all__ = ["REGISTRY", "Algorithm", "ServerState", "make", "register"]
+__all__ = ["REGISTRY", "Algorithm", "ServerState", "make", "register", "register_algorithm"]

@@ -97,16 +97,30 @@ def delta(received: Messages, result: LocalResult) -> torch.Tensor:
     return result.x - received["x"]
 
 
-REGISTRY = Registry("algorithm")
+def _check_algorithm(name: str, cls: type) -> type:
+    if not isinstance(cls, type) or not issubclass(cls, Described):
+        raise ConfigError(f"algorithm {name!r}: register an algorithm class (a subclass of Algorithm), got {cls!r}")
+    if getattr(cls, "name", None) != name:
+        raise ConfigError(f"algorithm {name!r}: the class's name attribute must be the name it is registered under, "
+                          f"got {getattr(cls, 'name', None)!r}")
+    return cls
+
+
+REGISTRY = Registry("algorithm", _check_algorithm)
+
+
+def register_algorithm(name: str, cls: type | None = None):
+    """Make ``make(name, ...)`` build ``cls`` (whose ``name`` attribute is ``name``); without ``cls``, a class
+    decorator. A user's class too: a sweep's workers receive it, so define it in an importable module to run it with
+    ``jobs > 1``."""
+    return REGISTRY.register(name, cls)
 
 
 def register(cls: type) -> type:
-    """Class decorator: make ``cls`` available as ``make(cls.name, ...)`` (a user's class too: a sweep's workers
-    receive it, so define it in an importable module to run it with ``jobs > 1``)."""
+    """Class decorator: ``register_algorithm(cls.name, cls)`` (the name read from the class)."""
     if not isinstance(cls, type) or not isinstance(getattr(cls, "name", None), str):
         raise ConfigError(f"register takes an algorithm class with a name attribute, got {cls!r}")
-    REGISTRY.register(cls.name, cls)
-    return cls
+    return register_algorithm(cls.name, cls)
 
 
 class FullBatch(Described):

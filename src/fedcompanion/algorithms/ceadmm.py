@@ -66,10 +66,13 @@ from typing import Any
 
 import torch
 
+from ..linalg import batched_cg, bmv
 from ..protocol import Watch
 from ..validation import ConfigError, check_choice, check_number
-from .admm_blocks import ClientBlocks, batched_cg, bmv
 from .base import FullBatch, register
+
+Blocks = Any  # a task's ClientBlocks (``task.client_blocks()``, :mod:`fedcompanion.tasks.convex`): duck-typed here, so
+# that the algorithms never import the tasks
 
 SOLVERS = ("exact", "linearized_server", "linearized_local")
 CURVATURES = ("lipschitz", "gram")
@@ -77,7 +80,7 @@ CURVATURES = ("lipschitz", "gram")
 LOCAL_SOLVERS = ("factored", "cg", "cg_warm")
 
 
-def default_penalties(blocks: ClientBlocks, k0: int, r: torch.Tensor) -> torch.Tensor:
+def default_penalties(blocks: Blocks, k0: int, r: torch.Tensor) -> torch.Tensor:
     """sigma_i = r0 / log(2 + k0) * log(m d_i) * w_i r_i (the authors' code)."""
     m = len(blocks.sizes)
     r0 = 0.1 if m > 20 else (0.12 if m > 10 else 0.15)
@@ -93,7 +96,7 @@ class ADMMState:
     local solves, computed in the first iteration that needs them and shared from then on)."""
 
     task: Any
-    blocks: ClientBlocks
+    blocks: Blocks
     r: torch.Tensor  # the Lipschitz constants r_i
     sigma: torch.Tensor  # the penalties sigma_i
     x: torch.Tensor  # the local copies x_i, [m, n]
@@ -138,7 +141,7 @@ class ConsensusADMM(FullBatch):
         self.gram_r = check_number("gram_r", gram_r, low=0.0, low_open=True)
         self.init_scale = check_number("init_scale", init_scale, low=0.0)
 
-    def penalties(self, blocks: ClientBlocks, r: torch.Tensor) -> torch.Tensor:
+    def penalties(self, blocks: Blocks, r: torch.Tensor) -> torch.Tensor:
         """sigma_i for every client: w_i / gamma if gamma is given, else the given sigma, else the paper's default from
         the Lipschitz constants r."""
         if self.gamma is not None:  # sigma_i = w_i / gamma (Algorithms 1, 2 and 4 of the paper)
@@ -151,7 +154,7 @@ class ConsensusADMM(FullBatch):
         return torch.as_tensor(self.sigma, dtype=torch.float64, device=r.device).expand(m).clone()
 
     # ------------------------------------------------------------------ local updates
-    def _exact(self, b: ClientBlocks, x, y, pi, sigma, cache):
+    def _exact(self, b: Blocks, x, y, pi, sigma, cache):
         w = b.weights[:, None]
         quadratic = b.loss.quadratic and not b.nonconvex
         if quadratic and self.local_solver != "factored":
@@ -211,7 +214,7 @@ class ConsensusADMM(FullBatch):
         correction = b._at(bmv(inner_inverse, b.predict(rhs))) * b.sizes[:, None]  # A^T M A rhs
         return x + (rhs - c[:, None] * correction) / sigma[:, None]
 
-    def _evaluate_local(self, b: ClientBlocks, x: torch.Tensor, pi: torch.Tensor):
+    def _evaluate_local(self, b: Blocks, x: torch.Tensor, pi: torch.Tensor):
         """(f_i(x_i^{k+1}), grad f_i(x_i^{k+1})). After an exact least-squares step the optimality condition
         w_i grad f_i(x_i^{k+1}) + pi_i^{k+1} = 0 gives the gradient for free, and with it the value
         f_i = f^_i + e'(grad - mu_i x)/2 + mu_i ||x||^2/2, e = x - x^_i (see ``ClientBlocks.evaluate``)."""
@@ -229,7 +232,7 @@ class ConsensusADMM(FullBatch):
         """The state before iteration 0: every local copy at ``init`` (default zeros, or ``init_scale`` N(0, I) drawn
         with ``seed``), multipliers zero, the penalties of :meth:`penalties`."""
         try:
-            b = ClientBlocks.from_task(task)
+            b = task.client_blocks()
         except NotImplementedError as exc:
             raise ConfigError(f"{self.name} needs a linear model with a least-squares or logistic loss: {exc}") \
                 from None

@@ -36,8 +36,6 @@ from ..validation import ConfigError, check_number
 from .base import Algorithm, make, register
 from .simplex import assignments
 
-PRIVATE_BLOCK_LOSSES = ("cluster", "soft_labels")  # the losses whose targets are a private block on the simplex
-
 
 def private_block(task, x: torch.Tensor, client: int, tau: float, mass: float = 1.0) -> torch.Tensor:
     """Client ``client``'s exact private-block step at the model ``x``: each row's minimiser of
@@ -81,9 +79,9 @@ class TwoBlock(Algorithm):
                               "model (a probe), which would score the stored zero targets instead of the assignments")
 
     def init(self, task, x0):
-        if task.loss.name not in PRIVATE_BLOCK_LOSSES:
-            raise ConfigError(f"two_block needs a clustering or semi-supervised task (loss 'cluster' or "
-                              f"'soft_labels'), got {task.loss.name!r}")
+        if not task.loss.private_block:
+            raise ConfigError(f"two_block needs a clustering or semi-supervised task, whose loss's targets are its "
+                              f"private block ('cluster', 'soft_labels'), got {task.loss.name!r}")
         inner = self._inner.init(task, x0)
         stored = tuple(task.client_data(i)[1].clone() for i in range(task.num_clients))  # labels, or zeros
         return State(inner.server, {**inner.clients, "assignments": stored})

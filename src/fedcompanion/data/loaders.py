@@ -137,7 +137,13 @@ def load_qsar(test_fraction: float = 0.2, seed: int = 0) -> tuple[ArrayDataset, 
     return ArrayDataset(xt[train], yt[train], 2), ArrayDataset(xt[test], yt[test], 2)
 
 
-LOADERS = Registry("dataset")
+def _check_loader(name: str, loader: Callable) -> Callable:
+    if not callable(loader):
+        raise ConfigError(f"register_dataset's loader must be callable, got {type(loader).__name__}")
+    return loader
+
+
+LOADERS = Registry("dataset", _check_loader)
 
 
 def load_fashion_mnist() -> tuple[ArrayDataset, ArrayDataset]:
@@ -150,8 +156,9 @@ def load_cifar10() -> tuple[ArrayDataset, ArrayDataset]:
     return _download("CIFAR10", ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)))
 
 
-LOADERS.update({"mnist": load_mnist, "qsar": load_qsar, "fashion_mnist": load_fashion_mnist,
-                "cifar10": load_cifar10})
+for _name, _loader in (("mnist", load_mnist), ("qsar", load_qsar), ("fashion_mnist", load_fashion_mnist),
+                      ("cifar10", load_cifar10)):
+    LOADERS.register(_name, _loader)
 
 
 def load_dataset(name: str, **kwargs) -> tuple[ArrayDataset, ArrayDataset]:
@@ -172,17 +179,17 @@ class Arrays:
 
 
 def register_dataset(name: str, loader: Callable | None = None, *, train: ArrayDataset | None = None,
-                     test: ArrayDataset | None = None) -> None:
-    """Make ``dataset=name`` available to every dataset task: either ``loader() -> (train, test)`` or the arrays
-    ``train`` and ``test`` (:class:`ArrayDataset`; ``test`` may be ``None``)."""
+                     test: ArrayDataset | None = None):
+    """Make ``dataset=name`` available to every dataset task: either ``loader() -> (train, test)`` (a decorator
+    without it) or the arrays ``train`` and ``test`` (:class:`ArrayDataset`; ``test`` may be ``None``)."""
+    if loader is None and train is None and test is None:
+        return LOADERS.register(name)
     if (loader is None) == (train is None):
-        raise ConfigError("register_dataset takes a loader or train=ArrayDataset(...), not both or neither")
-    if loader is not None and not callable(loader):
-        raise ConfigError(f"register_dataset's loader must be callable, got {type(loader).__name__}")
+        raise ConfigError("register_dataset takes a loader or train=ArrayDataset(...), not both")
     for what, value in (("train", train), ("test", test)):
         if value is not None and not isinstance(value, ArrayDataset):
             raise ConfigError(f"register_dataset's {what} must be an ArrayDataset, got {type(value).__name__}")
-    LOADERS.register(name, loader if loader is not None else Arrays(train, test), user=True)
+    return LOADERS.register(name, loader if loader is not None else Arrays(train, test))
 
 
 def detached(data):

@@ -16,17 +16,22 @@ import numpy as np
 from ..registry import Registry
 from ..validation import ConfigError, check_number
 
-PARTITIONS = Registry("partition")
+
+def _check_partitioner(name: str, partitioner: Callable) -> Callable:
+    if not callable(partitioner):
+        raise ConfigError(f"partitioner {name!r} must be callable, got {partitioner!r}")
+    parameters = inspect.signature(partitioner).parameters
+    if [p.kind for p in list(parameters.values())[:3]] != [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 3:
+        raise ConfigError(f"partitioner {name!r} must take (labels, num_clients, rng, *, ...parameters)")
+    return partitioner
+
+
+PARTITIONS = Registry("partition", _check_partitioner)
 
 
 def register_partition(name: str, partitioner: Callable | None = None):
     """Register ``partitioner(labels, num_clients, rng, *, ...) -> list of index arrays`` as ``name`` (a
     decorator without ``partitioner``); its keyword-only parameters become the partition's parameters."""
-    if partitioner is None:
-        return lambda fn: register_partition(name, fn)
-    parameters = inspect.signature(partitioner).parameters
-    if [p.kind for p in list(parameters.values())[:3]] != [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 3:
-        raise ConfigError(f"partitioner {name!r} must take (labels, num_clients, rng, *, ...parameters)")
     return PARTITIONS.register(name, partitioner)
 
 

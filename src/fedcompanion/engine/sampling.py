@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..validation import ConfigError, check_choice, check_number
+from ..registry import Registry
+from ..validation import ConfigError, check_number
 
 
 class Sampler:
@@ -80,7 +81,40 @@ def weighted_probabilities(weights: np.ndarray, clients_per_round: int) -> np.nd
     return p
 
 
-SAMPLINGS = ("full", "uniform", "weighted")
+def _check_sampling(name: str, factory) -> Callable:
+    if not callable(factory):
+        raise ConfigError(f"sampling {name!r}: register a factory (num_clients, clients_per_round, weights) -> "
+                          f"Sampler, got {factory!r}")
+    return factory
+
+
+SAMPLINGS = Registry("sampling", _check_sampling)  # name -> (num_clients, clients_per_round, weights) -> Sampler
+
+
+def register_sampling(name: str, factory: Callable | None = None):
+    """Make ``sampling=name`` (``fc.run``, a config) draw its clients from ``factory(num_clients, clients_per_round,
+    weights) -> Sampler`` (``weights``: the client weights, [N]; a decorator without ``factory``). Its code enters
+    the key of every run that names it."""
+    return SAMPLINGS.register(name, factory)
+
+
+@register_sampling("full")
+def full_participation(num_clients: int, clients_per_round: int | None, weights: np.ndarray) -> Sampler:
+    """Every client in every round."""
+    return FullParticipation(num_clients)
+
+
+@register_sampling("uniform")
+def uniform_sampling(num_clients: int, clients_per_round: int | None, weights: np.ndarray) -> Sampler:
+    """m clients drawn without replacement, each with probability m / N."""
+    return UniformSampler(num_clients, _check_m(clients_per_round, num_clients))
+
+
+@register_sampling("weighted")
+def weighted_sampling(num_clients: int, clients_per_round: int | None, weights: np.ndarray) -> Sampler:
+    """Poisson sampling with p_i proportional to the client weights (capped at 1), m expected clients."""
+    p = weighted_probabilities(weights, _check_m(clients_per_round, num_clients))
+    return PoissonSampler(num_clients, lambda r: p)
 
 
 def make_sampler(
@@ -89,18 +123,18 @@ def make_sampler(
     clients_per_round: int | None = None,
     weights: np.ndarray | None = None,
 ) -> Sampler:
-    """``'full'``, ``'uniform'`` (m without replacement), ``'weighted'`` (Poisson with p_i
-    proportional to the client weights, expected m clients), or a callable ``r -> p^r`` (Poisson)."""
+    """A registered sampling by name (``'full'``, ``'uniform'``: m without replacement, ``'weighted'``: Poisson
+    with p_i proportional to the client weights, expected m clients, or a user's), or a callable ``r -> p^r``
+    (Poisson). Without ``clients_per_round``, full participation."""
     if callable(sampling):
         return PoissonSampler(num_clients, sampling)
-    check_choice("sampling", sampling, SAMPLINGS)
-    if sampling == "full" or clients_per_round is None:
+    factory = SAMPLINGS.lookup(sampling)
+    if clients_per_round is None:
         return FullParticipation(num_clients)
-    m = _check_m(clients_per_round, num_clients)
-    if sampling == "uniform":
-        return UniformSampler(num_clients, m)
-    p = weighted_probabilities(np.ones(num_clients) if weights is None else weights, m)
-    return PoissonSampler(num_clients, lambda r: p)
+    sampler = factory(num_clients, clients_per_round, np.ones(num_clients) if weights is None else weights)
+    if not isinstance(sampler, Sampler):
+        raise ConfigError(f"sampling {sampling!r} returned {type(sampler).__name__}, not a Sampler")
+    return sampler
 
 
 def _check_m(m, n) -> int:

@@ -23,12 +23,12 @@ from ..data.partition import PARTITIONS, partition_parameters
 from ..engine import ENGINES, LocalWork
 from ..engine.sampling import SAMPLINGS
 from ..infra.fingerprint import fingerprint, in_package
+from ..losses import LOSSES
 from ..models import MODELS
 from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
 from ..settings import ENGINE_ONLY
-from ..tasks import TASKS, is_partitioned, task_digest
-from ..tasks.core import linear_design
+from ..tasks import TASKS, is_partitioned, linear_design, task_digest
 from ..validation import ConfigError, check_argument, check_choice, check_device
 
 
@@ -111,6 +111,9 @@ class ExperimentConfig:
         model = self._argument("model")
         if isinstance(model, str) and model in MODELS:  # the registry is opaque to the fingerprint: the entry named
             roots.append(MODELS[model])
+        loss = self._argument("loss")
+        if isinstance(loss, str) and loss in LOSSES:  # (an instance: its class)
+            roots.append(type(LOSSES[loss]))
         return roots
 
     def algorithm_classes(self) -> list:
@@ -136,8 +139,8 @@ class ExperimentConfig:
         from .runner import run_config  # the function that runs a config (its module's other helpers are not run)
 
         roots: list = [run_config, *self.algorithm_classes(), *self.task_roots()]
-        if self.is_engine_run:
-            roots.append(ENGINES.lookup(self.engine))
+        if self.is_engine_run:  # the engine and the sampling named (registries are opaque to the fingerprint)
+            roots += [ENGINES.lookup(self.engine), SAMPLINGS.lookup(self.sampling)]
         return roots + [registry("metric")[m] for m in self.metrics if m in registry("metric")]
 
     def package_code(self) -> str:
@@ -216,7 +219,7 @@ class ExperimentConfig:
             LocalWork(**self.local)
             check_argument("lr", self.lr)
             check_choice("engine", self.engine, ENGINES)
-            check_choice("sampling", self.sampling, SAMPLINGS)
+            SAMPLINGS.lookup(self.sampling)
             check_argument("clients_per_round", self.clients_per_round)
             if self.tol is not None:
                 raise ConfigError(f"tol applies to the ADMM family only, not to {self.algorithm}")

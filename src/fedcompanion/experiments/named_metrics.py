@@ -9,14 +9,20 @@ import torch
 from ..registry import Registry
 from ..validation import ConfigError
 
-METRICS = Registry("metric")
 
-
-def register_metric(name: str, builder) -> None:
-    """Make ``metrics=[name]`` record ``builder(task, config)(x)`` at every evaluation."""
+def _check_metric(name: str, builder):
     if not callable(builder):
         raise ConfigError(f"register_metric({name!r}, builder): the builder must be callable as builder(task, config)")
-    METRICS.register(name, builder, user=True)
+    return builder
+
+
+METRICS = Registry("metric", _check_metric)
+
+
+def register_metric(name: str, builder=None):
+    """Make ``metrics=[name]`` record ``builder(task, config)(x)`` at every evaluation (a decorator without
+    ``builder``)."""
+    return METRICS.register(name, builder)
 
 
 def suboptimality(task, config):
@@ -54,5 +60,5 @@ def clustering_accuracy(task, config):
     return accuracy
 
 
-METRICS.update({fn.__name__: fn for fn in (suboptimality, distance_to_optimum, clustering_objective,
-                                           clustering_accuracy)})
+for _builder in (suboptimality, distance_to_optimum, clustering_objective, clustering_accuracy):
+    register_metric(_builder.__name__, _builder)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .named_metrics import METRICS
+from .named_metrics import register_metric
 
 
 def gradient_norm_sq(task, config):
@@ -28,4 +28,4 @@ def gradient_norm_sq(task, config):
     return value
 
 
-METRICS.update({"gradient_norm_sq": gradient_norm_sq})
+register_metric("gradient_norm_sq", gradient_norm_sq)

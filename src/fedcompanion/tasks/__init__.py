@@ -1,6 +1,6 @@
 """Tasks: a model, a loss and per-client data (:mod:`.core`: :class:`Task`, :func:`from_client_arrays`), the
-tasks built by name (:mod:`.builders`: :data:`TASKS`, :func:`register_task`) and the semi-supervised one
-(:mod:`.semi_supervised`)."""
+tasks built by name (:mod:`.builders`: :data:`TASKS`, :func:`register_task`), the semi-supervised one
+(:mod:`.semi_supervised`) and a convex task's linear view (:mod:`.convex`: its design, optimum and client blocks)."""
 from .builders import (
     QSAR_SETTINGS,
     TASKS,
@@ -12,7 +12,8 @@ from .builders import (
     register_task,
     synthetic_task,
 )
-from .core import ClientSplit, Task, from_client_arrays, linear_design, task_digest
+from .convex import linear_design
+from .core import ClientSplit, Task, from_client_arrays, task_digest
 from .semi_supervised import SOFT_LABELS, semi_supervised_task
 
 __all__ = [

@@ -46,17 +46,20 @@ def federated_dataset_task(
     local_test_fraction: float = 0.0,
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
+    loss: str | None = None,
     **partition_kwargs,
 ) -> Task:
     """A centralised dataset split over ``num_clients`` clients by a seeded partitioner.
 
     ``partition_kwargs``: ``alpha`` (dirichlet), ``shards_per_client`` (shards), ``beta`` (quantity).
+    ``loss``: a registered loss by name (default: logistic for two classes, else cross-entropy).
     ``local_test_fraction`` > 0 holds out that share of each client's data as its own test split (the
     AdaFedAdam authors use 0.2), for per-client metrics.
     """
     check_number("local_test_fraction", local_test_fraction, low=0.0, high=0.9)
     train, test, parts = _split(dataset, num_clients, partition_scheme, seed, partition_kwargs)
-    loss = "logistic" if train.num_classes == 2 else "cross_entropy"
+    if loss is None:
+        loss = "logistic" if train.num_classes == 2 else "cross_entropy"
     in_features = math.prod(train.x.shape[1:])
     net = make_model(model, in_features, train.num_classes, hidden=hidden)
     held = None
@@ -172,14 +175,13 @@ def clustering_task(dataset: str = "mnist", num_clients: int = 100, partition_sc
         test=ArrayDataset(test.x.flatten(1), test.y, test.num_classes)).to(device)
 
 
-TASKS = Registry("task")
-TASKS.update({
-    "dataset": federated_dataset_task,
-    "least_squares": least_squares_task,
-    "synthetic": synthetic_task,
-    "qsar": qsar_logistic_task,
-    "clustering": clustering_task,
-})
+def _check_task(name: str, builder: Callable[..., Task]) -> Callable[..., Task]:
+    if not callable(builder) or "seed" not in inspect.signature(builder).parameters:
+        raise ConfigError(f"register_task({name!r}, builder): the builder must be callable as builder(seed=...)")
+    return builder
+
+
+TASKS = Registry("task", _check_task)
 
 
 def is_partitioned(builder: Callable[..., Task]) -> bool:
@@ -188,9 +190,13 @@ def is_partitioned(builder: Callable[..., Task]) -> bool:
     return "partition_scheme" in inspect.signature(builder).parameters
 
 
-def register_task(name: str, builder: Callable[..., Task]) -> None:
-    """Make ``ExperimentConfig(task=name)`` build ``builder(seed=..., **task_args) -> Task``. The cache keys such a
-    run on the built task's content (:func:`task_digest`), so a changed task is recomputed, never served stale."""
-    if not callable(builder) or "seed" not in inspect.signature(builder).parameters:
-        raise ConfigError(f"register_task({name!r}, builder): the builder must be callable as builder(seed=...)")
-    TASKS.register(name, builder, user=True)
+def register_task(name: str, builder: Callable[..., Task] | None = None):
+    """Make ``ExperimentConfig(task=name)`` build ``builder(seed=..., **task_args) -> Task`` (a decorator without
+    ``builder``). The cache keys a user's task on the built task's content (:func:`task_digest`), so a changed task
+    is recomputed, never served stale."""
+    return TASKS.register(name, builder)
+
+
+for _name, _builder in (("dataset", federated_dataset_task), ("least_squares", least_squares_task),
+                        ("synthetic", synthetic_task), ("qsar", qsar_logistic_task), ("clustering", clustering_task)):
+    register_task(_name, _builder)

@@ -29,6 +29,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..data.loaders import ArrayDataset, detached, hash_tensors
+from ..infra.fingerprint import fingerprint, in_package
 from ..losses import SATURATING_SQUARE, Loss, get_loss
 from ..models import check_model, check_repeatable
 from ..validation import ConfigError, check_choice, check_device, check_number
@@ -286,39 +287,17 @@ class Task:
         if self.nonconvex:
             raise NotImplementedError(f"task {self.name!r} has a non-convex regulariser (nonconvex="
                                       f"{self.nonconvex}): it has no global optimum to compute")
-        return _convex_optimum(self)
+        from .convex import convex_optimum
 
+        return convex_optimum(self)
 
-def linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows of the design matrix (with a bias column if the model has one), targets, and per-row weight
-    w_i / n_i; float64 on the task's device."""
-    layers = [m for m in task.model.modules() if isinstance(m, nn.Linear)]
-    if len(layers) != 1 or layers[0].out_features != 1 or not task.loss.linear:
-        raise NotImplementedError(f"task {task.name!r} is not convex (this needs a linear model with a "
-                                  "least-squares or logistic loss)")
-    a = task.x_all.reshape(len(task.x_all), -1).double()
-    if layers[0].bias is not None:
-        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=a.device)], dim=1)
-    row_w = torch.repeat_interleave(task.weights.double() / task.client_sizes.double(), task.client_sizes)
-    return a, task.y_all.double(), row_w.to(a.device)
+    def client_blocks(self):
+        """Every client's linear design as one zero-padded block (:class:`~.convex.ClientBlocks`): the ADMM
+        family's data. Raises ``NotImplementedError`` unless the model is linear with a least-squares or logistic
+        loss."""
+        from .convex import ClientBlocks
 
-
-def _convex_optimum(task: Task, tol: float = 1e-13, max_iter: int = 100) -> tuple[torch.Tensor, float]:
-    """Newton's method on F(x) = sum_j c_j phi(a_j^T x, y_j) + sum_i w_i mu_i/2 ||x||^2 (one step for least
-    squares, where phi is quadratic)."""
-    a, y, row_w = linear_design(task)
-    mu = float(task.weights.double() @ task.client_l2)  # sum_i w_i mu_i
-    eye = torch.eye(a.shape[1], dtype=a.dtype, device=a.device)
-    x = torch.zeros(a.shape[1], dtype=a.dtype, device=a.device)
-    for _ in range(1 if task.loss.quadratic else max_iter):
-        z = a @ x
-        grad = a.T @ (row_w * task.loss.dphi(z, y)) + mu * x
-        hess = a.T @ ((row_w * task.loss.d2phi(z, y))[:, None] * a) + mu * eye
-        x = x - torch.linalg.solve(hess, grad)
-        if grad.norm() < tol:
-            break
-    x_star = x.to(task.dtype)
-    return x_star, task.global_loss(x_star)
+        return ClientBlocks.from_task(self)
 
 
 # --------------------------------------------------------------------- builders
@@ -391,8 +370,10 @@ def from_client_arrays(
 def task_digest(task: Task) -> str:
     """SHA-256 (16 hex digits) of what a task's runs can depend on: its data, weights, regularisers, test data, loss
     and model (structure and initial parameters)."""
-    nonconvex = f"|nonconvex={task.nonconvex!r}" if task.nonconvex else ""  # (absent: the digests of before)
-    digest = hashlib.sha256(f"{task.name}|{task.loss!r}|{task.model!r}|{task.dtype}{nonconvex}".encode())
+    extra = f"|nonconvex={task.nonconvex!r}" if task.nonconvex else ""  # (absent: the digests of before)
+    if not in_package(type(task.loss)):  # a user's loss: its code, which its name alone would not follow
+        extra += f"|loss_code={fingerprint([type(task.loss)])}"
+    digest = hashlib.sha256(f"{task.name}|{task.loss!r}|{task.model!r}|{task.dtype}{extra}".encode())
     test = (None, None) if task.test is None else (task.test.x, task.test.y)
     split = (None, None, None) if task.client_test is None else dataclasses.astuple(task.client_test)
     l2 = task.l2 if isinstance(task.l2, torch.Tensor) else torch.tensor(float(task.l2))

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.loaders import ArrayDataset
-from ..losses import Loss
+from ..losses import Loss, register_loss
 from ..models import mlp_model
 from ..validation import ConfigError, check_number
 from .builders import TASKS, _split
@@ -38,6 +38,7 @@ class SoftLabels(Loss):
     name = "soft_labels"
     labelled = True
     target_ndim = 2
+    private_block = True
 
     def per_sample(self, out, y):
         return -(y * F.log_softmax(out, -1)).sum(-1)
@@ -70,7 +71,7 @@ class SoftLabels(Loss):
                               "outputs")
 
 
-SOFT_LABELS = SoftLabels()
+SOFT_LABELS = register_loss(SoftLabels.name, SoftLabels())
 
 
 def semi_supervised_task(dataset: str = "mnist", num_clients: int = 100, alpha: float = 0.1,

@@ -1,25 +1,60 @@
-r"""The ADMM family's data: every client's design matrix as one zero-padded block, so that one iteration of all
-clients (:mod:`fedcompanion.algorithms.ceadmm`) is a handful of batched tensor operations.
+r"""A convex task's linear view: its design matrix (:func:`linear_design`), its optimum (:func:`convex_optimum`) and
+the ADMM family's data, every client's design matrix as one zero-padded block, so that one iteration of all
+clients (:mod:`fedcompanion.algorithms.ceadmm`, which reaches them as ``task.client_blocks()``) is a handful of
+batched tensor operations.
 
 Client i's term is :math:`f_i(x) = \frac{1}{d_i}\sum_{j} \phi(a_{ij}^\top x, b_{ij}) + \frac{\mu_i}{2}\|x\|^2
 + \lambda\, r(x)` for a linear-predictor loss phi and the task's non-convex regulariser
 :math:`r(x) = \sum_k x_k^2/(1 + x_k^2)` (weight :math:`\lambda \ge 0`, usually 0); the blocks give :math:`f_i`,
 :math:`\nabla f_i`, Hessian-vector products and the Lipschitz constants :math:`r_i` of every client at once,
-and :func:`batched_cg` solves m SPD systems together.
+and :func:`~fedcompanion.linalg.batched_cg` solves m SPD systems together.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
+from ..linalg import bmv
 from ..losses import SATURATING_SQUARE
 
+if TYPE_CHECKING:
+    from .core import Task
 
-def bmv(matrices: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
-    """Batched matrix-vector product: [m, p, q] x [m, q] -> [m, p]."""
-    return torch.bmm(matrices, vectors.unsqueeze(-1)).squeeze(-1)
+
+def linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of the design matrix (with a bias column if the model has one), targets, and per-row weight
+    w_i / n_i; float64 on the task's device."""
+    layers = [m for m in task.model.modules() if isinstance(m, nn.Linear)]
+    if len(layers) != 1 or layers[0].out_features != 1 or not task.loss.linear:
+        raise NotImplementedError(f"task {task.name!r} is not convex (this needs a linear model with a "
+                                  "least-squares or logistic loss)")
+    a = task.x_all.reshape(len(task.x_all), -1).double()
+    if layers[0].bias is not None:
+        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=a.device)], dim=1)
+    row_w = torch.repeat_interleave(task.weights.double() / task.client_sizes.double(), task.client_sizes)
+    return a, task.y_all.double(), row_w.to(a.device)
+
+
+def convex_optimum(task: Task, tol: float = 1e-13, max_iter: int = 100) -> tuple[torch.Tensor, float]:
+    """Newton's method on F(x) = sum_j c_j phi(a_j^T x, y_j) + sum_i w_i mu_i/2 ||x||^2 (one step for least
+    squares, where phi is quadratic)."""
+    a, y, row_w = linear_design(task)
+    mu = float(task.weights.double() @ task.client_l2)  # sum_i w_i mu_i
+    eye = torch.eye(a.shape[1], dtype=a.dtype, device=a.device)
+    x = torch.zeros(a.shape[1], dtype=a.dtype, device=a.device)
+    for _ in range(1 if task.loss.quadratic else max_iter):
+        z = a @ x
+        grad = a.T @ (row_w * task.loss.dphi(z, y)) + mu * x
+        hess = a.T @ ((row_w * task.loss.d2phi(z, y))[:, None] * a) + mu * eye
+        x = x - torch.linalg.solve(hess, grad)
+        if grad.norm() < tol:
+            break
+    x_star = x.to(task.dtype)
+    return x_star, task.global_loss(x_star)
 
 
 SPARSE_BELOW = 0.3  # design matrices with fewer nonzeros than this share are multiplied as sparse matrices
@@ -48,8 +83,6 @@ class ClientBlocks:
     def from_task(cls, task) -> ClientBlocks:
         """The blocks of a convex task with a linear model: each client's design and targets padded to one [m, d, n]
         block (raises for a non-linear model)."""
-        from ..tasks import linear_design
-
         design, targets, _ = linear_design(task)  # raises for non-convex models
         sizes = task.client_sizes
         m, d, n = len(sizes), int(sizes.max()), design.shape[1]
@@ -167,32 +200,3 @@ def block_diagonal(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         forward = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, (m * d, m * n)).coalesce()
         backward = torch.sparse_coo_tensor(torch.stack([cols, rows]), values, (m * n, m * d)).coalesce()
         return forward.to_sparse_csr(), backward.to_sparse_csr()
-
-
-def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int, start: torch.Tensor | None = None
-               ) -> torch.Tensor:
-    """Conjugate gradients on m independent SPD systems at once (rows of ``rhs``), from zero or from ``start``
-    (its first residual rhs - A start), until each residual norm is <= ``tol``.
-
-    Written here because neither torch nor scipy offers a *batched* CG; scipy's ``cg`` would mean
-    a Python loop over clients."""
-    if start is None:
-        x = torch.zeros_like(rhs)
-        r = rhs.clone()
-    else:
-        x = start.clone()
-        r = rhs - matvec(x)
-    p = r.clone()
-    rs = (r * r).sum(1)
-    for _ in range(max_iter):
-        live = rs > tol**2
-        if not live.any():
-            break
-        ap = matvec(p)
-        alpha = torch.where(live, rs / (p * ap).sum(1).clamp_min(1e-300), torch.zeros_like(rs))
-        x += alpha[:, None] * p
-        r -= alpha[:, None] * ap
-        rs_new = (r * r).sum(1)
-        p = r + torch.where(live, rs_new / rs.clamp_min(1e-300), torch.zeros_like(rs))[:, None] * p
-        rs = rs_new
-    return x

@@ -137,6 +137,8 @@ def test_a_users_loss_and_sampling_run_from_a_sweep_with_two_jobs_and_their_code
     out = tmp_path / "out"
     script = tmp_path / "go.py"
     script.write_text(textwrap.dedent(f"""
+        import sys
+
         import myloss, mysampling  # noqa: F401  (register squared-hinge and round-robin)
         from fedcompanion.experiments import ExperimentConfig, is_cached, sweep
 
@@ -144,20 +146,26 @@ def test_a_users_loss_and_sampling_run_from_a_sweep_with_two_jobs_and_their_code
             args = dict(dataset="qsar", num_clients=4, model="logistic", loss="squared-hinge")
             configs = [ExperimentConfig(task="dataset", task_args=args, rounds=2, clients_per_round=2, lr=0.01, seed=s,
                                         sampling="round-robin", local=dict(steps=3, batch_size=16)) for s in range(3)]
-            cached = [is_cached(c, {str(out)!r}) for c in configs]
-            runs = sweep(configs, {str(out)!r}, jobs=2, progress=False).attrs["runs"]
-            print(cached, sorted(runs.status))
+            if sys.argv[1:] == ["keys"]:  # the runs' keys only, in a new process
+                print(" ".join(c.hash() for c in configs))
+            else:
+                cached = [is_cached(c, {str(out)!r}) for c in configs]
+                runs = sweep(configs, {str(out)!r}, jobs=2, progress=False).attrs["runs"]
+                print(cached, sorted(runs.status))
         """))
 
-    def go():
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+    def go(*args):
+        done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300,
                               cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
         assert done.returncode == 0, done.stderr
         return done.stdout.strip().splitlines()[-1]
 
     assert go() == "[False, False, False] ['ok', 'ok', 'ok']"
     assert go() == "[True, True, True] ['ok', 'ok', 'ok']"  # a new process: every run from the cache
+    keys = [go("keys")]
+    assert len(set(keys[0].split())) == 3  # three seeds, three runs
     edits = (("myloss.py", "MARGIN = 1.0", "MARGIN = 2.0"), ("mysampling.py", "OFFSET = 0", "OFFSET = 1"))
-    for file, old, new in edits:
+    for file, old, new in edits:  # each edit gives every run a new key: the code is in the key
         (tmp_path / file).write_text((tmp_path / file).read_text().replace(old, new))
-        assert go() == "[False, False, False] ['ok', 'ok', 'ok']", file  # its code is in the key
+        keys.append(go("keys"))
+        assert not set(keys[-1].split()) & set(keys[-2].split()), file

@@ -1,10 +1,10 @@
 """Every plug-in kind is registered the same way: ``fc.register_<kind>(name, entry)``, or ``@fc.register_<kind>(name)``
-as a decorator, checked by the kind's own rule; a user's loss and sampling, each in a file of its own, run from a
-sweep with jobs=2 and key their runs by their code."""
-import os
+as a decorator, checked by the kind's own rule; a user's model, loss and sampling, each in a file of its own, run from
+a YAML sweep file (its ``plugins:``) with jobs=2 and key their runs by their code."""
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -94,10 +94,22 @@ def test_two_block_asks_the_loss_whether_its_targets_are_a_private_block():
 
 
 @pytest.mark.slow
-def test_a_users_loss_and_sampling_run_from_a_sweep_with_two_jobs_and_their_code_is_in_the_key(tmp_path):
-    """A loss and a sampling, each in a user's file, named by a config: a sweep with jobs=2 runs them, a new process
-    finds the runs cached, and an edit of either's code changes the runs' key (a registry is opaque to the
-    fingerprint: the config adds the entries it names)."""
+def test_a_users_model_loss_and_sampling_run_from_a_sweep_file_with_two_jobs_and_their_code_is_in_the_key(tmp_path):
+    """A model, a loss and a sampling, each in a user's file, named by a YAML sweep file (``plugins:`` imports the
+    files): ``fedcompanion run --jobs 2`` runs them, a second call finds every run cached, and an edit of any of the
+    three files gives every run a new key (a registry is opaque to the fingerprint: the config adds the entries it
+    names)."""
+    (tmp_path / "mymodel.py").write_text(textwrap.dedent("""
+        import torch
+        import fedcompanion as fc
+
+        BIAS = True
+
+
+        @fc.register_model("tiny-linear")
+        def tiny(in_features, num_classes, **options):
+            return torch.nn.Linear(in_features, 1, bias=BIAS)
+        """))
     (tmp_path / "myloss.py").write_text(textwrap.dedent("""
         import torch
         import fedcompanion as fc
@@ -134,38 +146,64 @@ def test_a_users_loss_and_sampling_run_from_a_sweep_with_two_jobs_and_their_code
         def round_robin(num_clients, clients_per_round, weights):
             return RoundRobin(num_clients, clients_per_round)
         """))
-    out = tmp_path / "out"
-    script = tmp_path / "go.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys
-
-        import myloss, mysampling  # noqa: F401  (register squared-hinge and round-robin)
-        from fedcompanion.experiments import ExperimentConfig, is_cached, sweep
-
-        if __name__ == "__main__":
-            args = dict(dataset="qsar", num_clients=4, model="logistic", loss="squared-hinge")
-            configs = [ExperimentConfig(task="dataset", task_args=args, rounds=2, clients_per_round=2, lr=0.01, seed=s,
-                                        sampling="round-robin", local=dict(steps=3, batch_size=16)) for s in range(3)]
-            if sys.argv[1:] == ["keys"]:  # the runs' keys only, in a new process
-                print(" ".join(c.hash() for c in configs))
-            else:
-                cached = [is_cached(c, {str(out)!r}) for c in configs]
-                runs = sweep(configs, {str(out)!r}, jobs=2, progress=False).attrs["runs"]
-                print(cached, sorted(runs.status))
+    (tmp_path / "sweep.yaml").write_text(textwrap.dedent("""
+        plugins: [mymodel.py, myloss.py, mysampling.py]
+        base:
+          task: dataset
+          task_args: {dataset: qsar, num_clients: 4, model: tiny-linear, loss: squared-hinge}
+          rounds: 2
+          clients_per_round: 2
+          lr: 0.01
+          sampling: round-robin
+          local: {steps: 3, batch_size: 16}
+        grid:
+          seed: [0, 1, 2]
         """))
+    out = tmp_path / "out"
+    elsewhere = tmp_path / "elsewhere"  # the command runs from another folder: the plugins are found by the file's
+    elsewhere.mkdir()
 
-    def go(*args):
-        done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300,
-                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    def run():
+        done = subprocess.run([sys.executable, "-m", "fedcompanion.cli", "run", str(tmp_path / "sweep.yaml"),
+                               "--jobs", "2", "--results", str(out)], capture_output=True, text=True, timeout=300,
+                              cwd=elsewhere)
         assert done.returncode == 0, done.stderr
-        return done.stdout.strip().splitlines()[-1]
+        assert "3 run(s)" in done.stdout and done.stdout.count(" ok") == 3, done.stdout
+        return {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")}
 
-    assert go() == "[False, False, False] ['ok', 'ok', 'ok']"
-    assert go() == "[True, True, True] ['ok', 'ok', 'ok']"  # a new process: every run from the cache
-    keys = [go("keys")]
-    assert len(set(keys[0].split())) == 3  # three seeds, three runs
-    edits = (("myloss.py", "MARGIN = 1.0", "MARGIN = 2.0"), ("mysampling.py", "OFFSET = 0", "OFFSET = 1"))
-    for file, old, new in edits:  # each edit gives every run a new key: the code is in the key
+    def keys():
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import yaml
+            from pathlib import Path
+            from fedcompanion.cli import configs_from, import_plugins
+            path = Path({str(tmp_path / "sweep.yaml")!r})
+            data = import_plugins(yaml.safe_load(path.read_text()), path.parent)
+            print(" ".join(c.hash() for c in configs_from(data)))
+            """)], capture_output=True, text=True, timeout=300, cwd=elsewhere)
+        assert done.returncode == 0, done.stderr
+        return set(done.stdout.split())
+
+    first = run()
+    assert len(first) == 3
+    assert run() == first  # a new process: every run from the cache, none written again
+    before = keys()
+    assert {f"{k}.json" for k in before} == set(first)
+    edits = (("mymodel.py", "BIAS = True", "BIAS = False"), ("myloss.py", "MARGIN = 1.0", "MARGIN = 2.0"),
+             ("mysampling.py", "OFFSET = 0", "OFFSET = 1"))
+    for file, old, new in edits:  # each edit gives every run a new key: the entry's code is in the key
         (tmp_path / file).write_text((tmp_path / file).read_text().replace(old, new))
-        keys.append(go("keys"))
-        assert not set(keys[-1].split()) & set(keys[-2].split()), file
+        after = keys()
+        assert not after & before, file
+        before = after
+
+
+def test_a_sweep_files_plugins_are_checked():
+    from fedcompanion.cli import import_plugins
+
+    with pytest.raises(fc.ConfigError, match="there is no file"):
+        import_plugins({"plugins": ["nowhere.py"]}, Path("/nonexistent"))
+    with pytest.raises(fc.ConfigError, match="cannot be imported"):
+        import_plugins({"plugins": ["no_such_module_anywhere"]}, Path("."))
+    with pytest.raises(fc.ConfigError, match="list of Python files"):
+        import_plugins({"plugins": "mymodel.py"}, Path("."))
+    assert import_plugins({"plugins": ["json"], "rounds": 3}, Path(".")) == {"rounds": 3}

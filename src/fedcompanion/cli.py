@@ -17,12 +17,16 @@ A config file holds one experiment (the fields of :class:`~fedcompanion.experime
       seed: [0, 1]
 
 or ``experiments:`` with a list of experiments. Unknown keys are errors that name the key and list the allowed ones.
+Any of these may add ``plugins:``, a list of Python files (relative to the YAML file) or module names imported first,
+so that the models, losses, samplings, tasks or algorithms they register can be named by the experiments (a sweep's
+worker processes import them too).
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import dataclasses
+import importlib
 import inspect
 import itertools
 import re
@@ -34,6 +38,32 @@ from .infra.logs import configure as configure_logging
 from .validation import ConfigError
 
 TOP_KEYS = ("base", "grid", "experiments")
+PLUGINS = "plugins"  # the files or modules whose registrations a file's experiments name, imported first
+
+
+def import_plugins(data, folder: Path):
+    """Import the document's ``plugins`` (each a ``.py`` file, relative to ``folder``, whose folder joins
+    ``sys.path`` so that worker processes import it by name too; or a module name) and return the document without
+    that key."""
+    if not isinstance(data, dict) or PLUGINS not in data:
+        return data
+    plugins = data[PLUGINS]
+    if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
+        raise ConfigError(f"'{PLUGINS}' must be a list of Python files or module names, got {plugins!r}")
+    for plugin in plugins:
+        name = plugin
+        if plugin.endswith(".py"):
+            file = (folder / plugin).resolve()
+            if not file.is_file():
+                raise ConfigError(f"plugin {plugin!r}: there is no file {file}")
+            if str(file.parent) not in sys.path:
+                sys.path.insert(0, str(file.parent))
+            name = file.stem
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"plugin {plugin!r} cannot be imported: {exc}") from None
+    return {k: v for k, v in data.items() if k != PLUGINS}
 
 
 def _fields() -> list[str]:
@@ -129,7 +159,7 @@ def cmd_run(args) -> int:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    configs = configs_from(data, str(path))
+    configs = configs_from(import_plugins(data, path.parent), str(path))
     frame = sweep(configs, args.results, jobs=args.jobs, refresh=args.refresh, progress=True, on_failure="warn")
     runs = frame.attrs["runs"]
     glob = frame[frame.client == -1]

@@ -4,8 +4,8 @@ that a user can extend.
 A :class:`Registry` is a dict from name to entry with one way in, ``register(name, entry)`` (or, without the entry,
 a decorator), which checks the entry with the kind's own rule, and a ``lookup`` that fails with the known names.
 Every kind's public function, ``fc.register_<kind>(name, entry=None)``, is that method: the built-ins are
-registered through it like a user's entries. What a user registers from outside the package is remembered as
-*user entries*: a sweep with ``jobs > 1`` sends them to its worker processes (:func:`user_entries`,
+registered through it like a user's entries. What registers after the package's import is remembered as *user
+entries*: a sweep with ``jobs > 1`` sends them to its worker processes (:func:`user_entries`,
 :func:`restore`), so a dataset or algorithm registered in a notebook runs in parallel like a built-in one.
 """
 from __future__ import annotations
@@ -32,13 +32,13 @@ class Registry(dict):
     def __init__(self, kind: str, check: Callable[[str, Any], Any] | None = None):
         super().__init__()
         self.kind, self.check = kind, check
-        self.user: set[str] = set()  # names registered from outside the package
+        self.user: set[str] = set()  # names registered after the package's import
         _ALL[kind] = self
 
     def register(self, name: str, entry: Any = None, *, user: bool | None = None) -> Any:
         """Register ``entry`` under ``name`` (replacing an earlier one); without ``entry``, a decorator. ``user``:
-        whether it is a user entry (default: registered after the package's import, as a notebook or script does
-        with any function, a package one too, or defined outside the package)."""
+        whether it is a user entry (default: registered after the package's import, as a notebook or a script does,
+        with a function of its own or one of the package's; or defined outside the package)."""
         if not isinstance(name, str) or not name:
             raise ConfigError(f"a {self.kind} is registered under a non-empty name (str), got {name!r}")
         if entry is None:

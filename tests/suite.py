@@ -3,17 +3,17 @@
     python tests/suite.py [--log-dir build/test-lanes]
 
 * **notebooks**: every notebook under papermill with the smoke profile (``pytest -m notebook``: the notebooks one per
-  core, as `make reproduce` runs them), the site built from those executed copies (``tests/test_site.py``), then
-  nbval over them (``tests/nbval_parallel.py``: the marked outputs must come out identical, i.e. determinism).
-* **units**: every other test (``pytest -m "not notebook"``, the site's left to the first lane), then a smoke-sized
-  subset of the committed figure runs recomputed and compared (``verify --subset smoke``), each with one thread per
+  core, as `make reproduce` runs them), the site built from those executed copies (``tests/test_site.py``), nbval
+  over them (``tests/nbval_parallel.py``: the marked outputs must come out identical, i.e. determinism), then a
+  smoke-sized subset of the committed figure runs recomputed and compared (``verify --subset smoke``, one thread).
+* **units**: every other test (``pytest -m "not notebook"``, the site's left to the first lane), with one thread per
   process: the notebooks' lane keeps both cores busy for most of its time, and an oversubscribed MKL runs some
   solvers several times slower.
 
 The notebooks' lane uses both cores in bursts and waits on kernels in between; the unit tests use one core. Run one
-after the other, they took 1,409 s on a 2-core Xeon (docs/benchmarks.md). Each lane's output goes to its log and is
-printed whole when the lane ends; the exit status is non-zero if any step of either lane failed (a lane stops at its
-first failing step).
+after the other, they took 1,409 s on a 2-core Xeon; verify sits in the lane that would otherwise end first
+(docs/benchmarks.md). Each lane's output goes to its log and is printed whole when the lane ends; the exit status is
+non-zero if any step of either lane failed (a lane stops at its first failing step).
 """
 from __future__ import annotations
 
@@ -26,29 +26,36 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=40"]
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 LANES = {
     "notebooks": ({}, [
         [*PYTEST, "-m", "notebook"],
         [*PYTEST, "tests/test_site.py"],
         [sys.executable, "tests/nbval_parallel.py", "build/executed"],
+        (ONE_THREAD, [sys.executable, "-m", "fedcompanion.reproduction.verify", "--subset", "smoke"]),
     ]),
     "units": (ONE_THREAD, [
         [*PYTEST, "-m", "not notebook", "--ignore=tests/test_site.py"],
-        [sys.executable, "-m", "fedcompanion.reproduction.verify", "--subset", "smoke"],
     ]),
 }
 
 
-def run_lane(name: str, env: dict, steps: list[list[str]], log: Path, codes: dict) -> None:
+def command(step) -> tuple[dict, list[str]]:
+    """A step's own environment variables (beyond its lane's) and its command: a step is a command, or the pair."""
+    return step if isinstance(step, tuple) else ({}, step)
+
+
+def run_lane(name: str, env: dict, steps: list, log: Path, codes: dict) -> None:
     """Run ``steps`` one after the other into ``log`` until one fails; record the lane's status in ``codes``."""
     start = time.perf_counter()
     with log.open("w") as out:
         for step in steps:
+            own, step = command(step)
             out.write(f"$ {' '.join(step[1:] if step[0] == sys.executable else step)}\n")
             out.flush()
-            code = subprocess.call(step, cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+            code = subprocess.call(step, cwd=ROOT, env={**os.environ, **env, **own}, stdout=out,
+                                   stderr=subprocess.STDOUT)
             if code != 0:
                 codes[name] = code
                 break

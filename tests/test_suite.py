@@ -8,7 +8,7 @@ import suite  # noqa: E402
 
 
 def _commands():
-    return [" ".join(step) for _, steps in suite.LANES.values() for step in steps]
+    return [" ".join(suite.command(step)[1]) for _, steps in suite.LANES.values() for step in steps]
 
 
 def test_the_lanes_run_every_test_nbval_and_verify():
@@ -19,7 +19,7 @@ def test_the_lanes_run_every_test_nbval_and_verify():
     assert any(c.endswith("tests/test_site.py") for c in commands)
     assert any("nbval_parallel.py build/executed" in c for c in commands)
     assert any("verify --subset smoke" in c for c in commands)
-    notebooks = [" ".join(s) for s in suite.LANES["notebooks"][1]]
+    notebooks = [" ".join(suite.command(s)[1]) for s in suite.LANES["notebooks"][1]]
     assert notebooks.index(next(c for c in notebooks if "-m notebook" in c)) < \
         notebooks.index(next(c for c in notebooks if "nbval" in c))  # nbval re-runs what the smoke runs wrote
 

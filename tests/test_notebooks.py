@@ -63,8 +63,8 @@ def test_notebook_runs_with_smoke_profile(notebook, smoke_runs):
 def test_make_reproduces_part_of_a_notebook_runs_and_records_under_the_parts_name(stem, tmp_path, smoke_runs):
     """`make reproduce` runs AdaFedAdam's notebooks 3 and 4 with ``settings=["B"]`` (setting A: `make setting-a`):
     the part must run, record under its own name, claim nothing from A, and compute no run that the whole notebook
-    did not (it reads a copy of the whole's smoke runs, those of this session's smoke run where there is one). Wrong:
-    a part that still runs A, or whose B differs from the whole's."""
+    did not: it reads a copy of the whole's smoke runs (those its smoke test stored in this pytest run, else the whole
+    is run first). Wrong: a part that still runs A, or whose B differs from the whole's."""
     import json
     import shutil
 

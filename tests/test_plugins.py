@@ -173,12 +173,9 @@ def test_a_users_model_loss_and_sampling_run_from_a_sweep_file_with_two_jobs_and
 
     def keys():
         done = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
-            import yaml
             from pathlib import Path
-            from fedcompanion.cli import configs_from, import_plugins
-            path = Path({str(tmp_path / "sweep.yaml")!r})
-            data = import_plugins(yaml.safe_load(path.read_text()), path.parent)
-            print(" ".join(c.hash() for c in configs_from(data)))
+            from fedcompanion.cli import load_configs
+            print(" ".join(c.hash() for c in load_configs(Path({str(tmp_path / "sweep.yaml")!r}))))
             """)], capture_output=True, text=True, timeout=300, cwd=elsewhere)
         assert done.returncode == 0, done.stderr
         return set(done.stdout.split())

@@ -136,13 +136,11 @@ def configs_from(data, source: str = "the config file") -> list:
 MAX_YAML_DEPTH = 32  # nesting an experiment file may use (a sweep of grids of settings needs about 4)
 
 
-def cmd_run(args) -> int:
-    """``fedcompanion run``: a YAML experiment or sweep, run (cached), then one line per run."""
+def load_configs(path: Path) -> list:
+    """The experiments of a YAML file (one, a sweep, or a list), its ``plugins`` imported first; refuses aliases and
+    documents nested deeper than :data:`MAX_YAML_DEPTH`, naming the file."""
     import yaml
 
-    from .experiments import sweep
-
-    path = Path(args.config)
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     text = path.read_text()
@@ -159,7 +157,14 @@ def cmd_run(args) -> int:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    configs = configs_from(import_plugins(data, path.parent), str(path))
+    return configs_from(import_plugins(data, path.parent), str(path))
+
+
+def cmd_run(args) -> int:
+    """``fedcompanion run``: a YAML experiment or sweep, run (cached), then one line per run."""
+    from .experiments import sweep
+
+    configs = load_configs(Path(args.config))
     frame = sweep(configs, args.results, jobs=args.jobs, refresh=args.refresh, progress=True, on_failure="warn")
     runs = frame.attrs["runs"]
     glob = frame[frame.client == -1]

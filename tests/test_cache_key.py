@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import fedcompanion as fc
+from fedcompanion.algorithms.base import REGISTRY
 from fedcompanion.engine import ENGINES, probe_loop, train_loop
 from fedcompanion.experiments import ExperimentConfig
 from fedcompanion.infra import fingerprint as fp
@@ -24,7 +25,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def _families(config: ExperimentConfig) -> str:
-    return "admm" if not config.is_engine_run else f"{config.task}/{config.engine}"
+    return "admm" if REGISTRY.lookup(config.algorithm).solves_exactly else f"{config.task}/{config.engine}"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def committed():
     for meta in _stored(RESULTS):
         c = _config(meta)
         ident = (c.algorithm, json.dumps(c.hyperparameters, sort_keys=True, default=list), c.task, c._dataset(),
-                 c._partition_scheme(), c.engine if c.is_engine_run else None, tuple(c.metrics))
+                 c._partition_scheme(), c.engine, c.sampling, tuple(c.metrics))
         groups.setdefault(ident, [c, 0])[1] += 1
     assert sum(n for _, n in groups.values()) > 1000  # the committed runs are there
     return list(groups.values())

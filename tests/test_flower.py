@@ -46,11 +46,19 @@ def _mnist_float32():
                             label="fedvra-mnist")
 
 
+def _admm(algorithm, **hp):
+    """The ADMM family: every client in every iteration, 7 iterations with communication every second one."""
+    return _config(algorithm, rounds=7, m=None, k0=2, **hp)
+
+
 def test_simulation_reproduces_the_in_process_runs():
-    """FedAvg, FedVRA and SCAFFOLD on 4 simulated SuperNodes (one simulation, Ray started once); FedVRA on the MNIST
-    MLP bit for bit in float32, on any CPU (each client trains its own row alone there, at the address modulo 64
-    its row has in the in-process round: :func:`fedcompanion.engine.clientwise.aligned_rows`)."""
-    configs = [_config("fedavg"), _config("fedvra", gamma=0.5), _config("scaffold")]
+    """FedAvg, FedVRA, SCAFFOLD, ICEADMM and CEADMM on 4 simulated SuperNodes (one simulation, Ray started once): the
+    ADMM family too, on the same round functions (y sent only on communication iterations, each client's exact or
+    linearised solve on its own block); FedVRA on the MNIST MLP bit for bit in float32, on any CPU (each client
+    trains its own row alone there, at the address modulo 64 its row has in the in-process round:
+    :func:`fedcompanion.engine.clientwise.aligned_rows`)."""
+    configs = [_config("fedavg"), _config("fedvra", gamma=0.5), _config("scaffold"), _admm("iceadmm"),
+               _admm("ceadmm")]
     *results, mnist = simulate([*configs, _mnist_float32()])
     reference = run_config(_mnist_float32())
     assert mnist.params.dtype == torch.float32 and torch.equal(mnist.params, reference.params)
@@ -59,7 +67,7 @@ def test_simulation_reproduces_the_in_process_runs():
         reference = run_config(config)
         assert _close(flower, reference), config.algorithm
         assert flower.metric("train_loss").tolist() == pytest.approx(reference.metric("train_loss").tolist(),
-                                                                     rel=1e-9)
+                                                                     rel=1e-9), config.algorithm
         # the accounting is the engine's; the bytes are what Flower serialised for the same messages
         floats = flower.metric("uploaded_floats")
         assert floats.equals(reference.metric("uploaded_floats"))

@@ -1,15 +1,13 @@
 """fc.run's arguments, checked once: each number's rule is declared once (``validation.ARGUMENTS``) and read by
-``fc.run`` and by ``ExperimentConfig`` alike; the engine is checked for every algorithm; the ADMM family refuses
-every engine-only argument (``settings.ENGINE_ONLY``) at a value other than fc.run's default, where it used to run
-``fc.run(task, fc.make("ceadmm"), 3, engine="nonexistent", lr=123)`` silently."""
-import inspect
-
+``fc.run`` and by ``ExperimentConfig`` alike; the engine is checked for every algorithm, the ADMM family included
+(it used to run ``fc.run(task, fc.make("ceadmm"), 3, engine="nonexistent", lr=123)`` silently); what an algorithm
+declares it needs (every client in every round, a stationarity for ``tol``) is refused with the reason."""
 import pytest
+import torch
 
 import fedcompanion as fc
 from fedcompanion.algorithms.base import REGISTRY
 from fedcompanion.experiments import ExperimentConfig
-from fedcompanion.settings import ENGINE_ONLY
 from fedcompanion.validation import ARGUMENTS, ConfigError
 
 ARGS = dict(num_clients=4, dim=3)
@@ -52,21 +50,28 @@ def test_an_unknown_engine_is_refused_for_every_algorithm(lsq, name):
         fc.run(lsq, fc.make(name), 1, engine="nonexistent")
 
 
-ENGINE_VALUES = {"clients_per_round": 2, "engine": "loop", "lr": 123.0, "local": fc.LocalWork(steps=1),
-                 "sampling": "full", "per_client_metrics": False, "eval_train": False}
+@pytest.mark.parametrize("argument", [{"clients_per_round": 2}, {"sampling": "weighted"}])
+def test_the_admm_family_refuses_partial_participation_with_the_reason(lsq, argument):
+    with pytest.raises(ConfigError, match="ceadmm needs every client in every round"):
+        fc.run(lsq, fc.make("ceadmm"), 2, **argument)
+    with pytest.raises(ConfigError, match="iceadmm needs every client in every round"):
+        ExperimentConfig(task="least_squares", task_args=ARGS, algorithm="iceadmm", clients_per_round=2).validate()
 
 
-@pytest.mark.parametrize("name", sorted(ENGINE_ONLY))
-def test_the_admm_family_refuses_every_engine_only_argument(lsq, name):
-    with pytest.raises(ConfigError, match=f"{name} does not apply to ceadmm"):
-        fc.run(lsq, fc.make("ceadmm"), 2, **{name: ENGINE_VALUES[name]})
+def test_tol_is_refused_for_an_algorithm_that_reports_no_stationarity(lsq):
+    with pytest.raises(ConfigError, match="fedavg's rounds do not report"):
+        fc.run(lsq, fc.make("fedavg"), 2, tol=1e-9)
 
 
-def test_the_engine_only_defaults_are_fc_runs_own_and_every_one_is_tried():
-    defaults = {n: p.default for n, p in inspect.signature(fc.run).parameters.items()}
-    assert {n: defaults[n] for n in ENGINE_ONLY} == ENGINE_ONLY
-    assert set(ENGINE_VALUES) == set(ENGINE_ONLY)
-    fc.run(fc.tasks.least_squares_task(seed=0, **ARGS), fc.make("ceadmm"), 2, **ENGINE_ONLY)  # the defaults: runs
+@pytest.mark.parametrize("name", ["ceadmm", "iceadmm", "liadmm"])
+def test_the_admm_family_gives_the_same_numbers_on_every_engine_whatever_its_lr_and_local_work(lsq, name):
+    """Its local objectives declare an exact (or linearised) solve, which the exact kernel does for every engine: the
+    engine, the client step size and the local work do not change a bit of the run."""
+    base = fc.run(lsq, fc.make(name, k0=2) if name != "liadmm" else fc.make(name), 12)
+    for kwargs in ({"engine": "loop"}, {"engine": "batched-products", "lr": 123.0, "local": fc.LocalWork(steps=7)}):
+        other = fc.run(lsq, fc.make(name, k0=2) if name != "liadmm" else fc.make(name), 12, **kwargs)
+        assert torch.equal(base.params, other.params)
+        assert base.history.equals(other.history)
 
 
 def test_the_admm_family_runs_from_a_config_on_a_users_convex_task_and_refuses_another_with_the_reason(tmp_path):
@@ -77,7 +82,7 @@ def test_the_admm_family_runs_from_a_config_on_a_users_convex_task_and_refuses_a
     fc.register_task("my-regression", lambda seed=0: fc.tasks.least_squares_task(num_clients=4, dim=3, seed=seed))
     fc.register_task("my-network", lambda seed=0: fc.tasks.synthetic_task(num_clients=4, seed=seed, model="mlp"))
     try:
-        runs = sweep([ExperimentConfig(task="my-regression", algorithm=a, rounds=20, seed=s)
+        runs = sweep([ExperimentConfig(task="my-regression", algorithm=a, rounds=20, seed=s, clients_per_round=None)
                       for a in ("ceadmm", "iceadmm") for s in (0, 1)], tmp_path, jobs=1, progress=False)
         assert sorted(runs.attrs["runs"].status) == ["ok"] * 4
         with pytest.raises(ConfigError, match="ceadmm needs a linear model with a least-squares or logistic loss"):

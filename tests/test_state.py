@@ -6,13 +6,13 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.algorithms.base import REGISTRY, is_engine_class
+from fedcompanion.algorithms.base import REGISTRY
 from fedcompanion.driver import play_round
 from fedcompanion.protocol import RoundInfo
 
-# every registered engine algorithm at its defaults (two_block needs a clustering or semi-supervised task: its
-# purity is tested in tests/test_two_block.py), and variants whose state differs
-DEFAULTS = [(n, {}) for n in sorted(REGISTRY) if is_engine_class(REGISTRY[n]) and n != "two_block"]
+# every registered algorithm at its defaults, the ADMM family included (two_block needs a clustering or semi-supervised
+# task: its purity is tested in tests/test_two_block.py), and variants whose state differs
+DEFAULTS = [(n, {}) for n in sorted(REGISTRY) if n != "two_block" and n not in REGISTRY.user]
 ENGINE_ALGORITHMS = DEFAULTS + [
     ("fedprox", {"mu": 0.1}), ("fedvra", {"gamma": 0.3, "dual_stepsize": 0.7}),
     ("fedvra", {"gamma": 0.3, "server_update": "direct"}), ("fedadmm", {"gamma": 0.3}), ("feddyn", {"alpha": 0.3}),
@@ -48,7 +48,8 @@ def test_a_run_changes_neither_the_algorithm_nor_the_task(lsq_sized, name, hp):
     algo = fc.make(name, **hp)
     before = copy.deepcopy(vars(algo))
     data = (lsq_sized.x_all.clone(), lsq_sized.y_all.clone(), lsq_sized.weights.clone())
-    fc.run(lsq_sized, algo, rounds=3, clients_per_round=2, local=WORK, per_client_metrics=False)
+    fc.run(lsq_sized, algo, rounds=3, clients_per_round=None if algo.every_client else 2, local=WORK,
+           per_client_metrics=False)
     assert repr(vars(algo)) == repr(before)
     assert all(torch.equal(a, b) for a, b in zip(data, (lsq_sized.x_all, lsq_sized.y_all, lsq_sized.weights)))
 

@@ -3,9 +3,9 @@
 It stands above both the engines (:mod:`fedcompanion.engine`, which minimise a local objective) and the algorithms
 (:mod:`fedcompanion.algorithms`, which say what is minimised and what the server does with the uploads); neither of
 those imports the other, or this module. Every run goes through one loop, :func:`run_rounds` (evaluation, divergence,
-the tolerance, timing), handed its round: :func:`play_round` in-process, the server's round on Flower
-(:mod:`fedcompanion.flower.core`, whose clients run :func:`client_work`), or an iteration of the ADMM family
-(:class:`~fedcompanion.algorithms.base.FullBatch`)."""
+the tolerance, timing), handed its round: :func:`play_round` in-process, or the server's round on Flower
+(:mod:`fedcompanion.flower.core`, whose clients run :func:`client_work`). Every algorithm, the ADMM family included,
+goes through the same round functions."""
 from __future__ import annotations
 
 import math
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .algorithms.base import is_full_batch
 from .engine import DEFAULT_ENGINE, ENGINES
+from .engine.exact import train_exact
 from .engine.sampling import make_sampler
 from .engine.schedule import LocalWork
 from .infra.machine import default_threads, torch_threads
@@ -36,13 +36,7 @@ from .protocol import (
     has_diverged,
     zero_rows,
 )
-from .settings import (
-    RunSettings,
-    check_admm_arguments,
-    check_common_arguments,
-    check_engine_arguments,
-    check_engine_task,
-)
+from .settings import RunSettings, check_engine_task, check_run_arguments
 
 MOMENTUM = "local_momentum"  # the client-state entry holding a carried local-optimiser momentum buffer
 
@@ -55,13 +49,16 @@ def client_work(task, algorithm, received, clients, info: RoundInfo, *, engine: 
     buffer is its ``local_momentum`` entry. Returns ``(their new state entries, the uploads, the local result)``.
     A Flower client runs exactly this for K = 1.
     """
-    check_engine_task(task)
+    if not algorithm.solves_exactly:
+        check_engine_task(task)
     train, probe = ENGINES[engine]
     local = local or LocalWork(epochs=1.0)
     carried = MOMENTUM in clients and len(info.clients) > 0
     objective = algorithm.local_objective(task, received, clients, info).replace(
         momentum=local.momentum, weight_decay=local.weight_decay,
         momentum_buffer=clients[MOMENTUM] if carried else None)
+    if objective.solve is not None:  # minimised exactly (or by a declared linearised step), on any engine
+        train = train_exact
     probed = None
     if algorithm.needs_probe:
         probed = probe(task, received["x"], info.clients, algorithm.probe_samples, seed, info.round,
@@ -134,9 +131,10 @@ class Recorder(History):
         self.per_client_metrics, self.eval_train = per_client_metrics, eval_train
         self.split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
 
-    def evaluate(self, r: int, x: torch.Tensor, communication: dict, compute_time: float) -> float:
-        """Record round r's metrics of the global model x; returns the training loss (the test loss when the
-        training data are not evaluated)."""
+    def evaluate(self, r: int, x: torch.Tensor, recorded: dict, compute_time: float) -> float:
+        """Record round r's metrics of the global model x and the ``recorded`` values (the communication counts, the
+        algorithm's diagnostics); returns the training loss (the test loss when the training data are not
+        evaluated)."""
         task = self.task
         values = {}
         losses = accs = None
@@ -153,7 +151,7 @@ class Recorder(History):
             values.update(fairness(losses, accs, self.split_sizes))
         for name, fn in self.extra.items():
             values[name] = float(fn(x))
-        values.update(communication)
+        values.update(recorded)
         self.record(r, values, compute_time)
         if self.per_client_metrics and losses is not None:
             self.rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
@@ -165,7 +163,7 @@ class Recorder(History):
 def run_rounds(rounds: int, play: Callable[[int], Watch], evaluate: Callable[[int, float], float | None], *,
                eval_every: int = 1, evaluate_start: bool = True, divergence_factor: float | None = DIVERGENCE_FACTOR,
                tol: float | None = None, name: str = "", progress: bool = False) -> tuple[str, int | None]:
-    """The one round loop: every run (in-process, Flower's server, the ADMM family) is ``play`` handed to it.
+    """The one round loop: every run (in-process or Flower's server) is ``play`` handed to it.
 
     ``play(r)`` does round r's work (timed: the seconds are summed into the compute time) and returns a
     :class:`Watch`; ``evaluate(r, compute_time)`` records the model after r rounds (untimed) and returns the loss
@@ -240,8 +238,8 @@ def run(
         init: initial global model (default: the task's initialisation under ``seed``).
         divergence_factor: stop and report ``diverged`` once the training loss exceeds this multiple of its
             initial value (``None``: only on NaN/inf).
-        tol: stop and report ``converged`` once a round's ||grad f||^2 falls below ``tol`` (the ADMM family's
-            rounds report it; ``None``: run every round).
+        tol: stop and report ``converged`` once a round's stationarity (||grad f||^2) falls below ``tol`` (for an
+            algorithm whose ``watch`` reports one: the ADMM family; ``None``: run every round).
         eval_train: evaluate on every client's training data (``train_loss``, ``train_accuracy``, and the fairness
             metrics where the task has no held-out splits). ``False`` saves that pass (the one that dominates an
             evaluation) for runs that need only the test metrics; divergence is then judged on the test loss.
@@ -251,10 +249,11 @@ def run(
             setting.
         progress: show a progress bar.
 
-    The ADMM family (``fc.make("ceadmm", k0=10)``, ...) runs full-batch with every client in every iteration and
-    its own local step: ``clients_per_round``, ``engine``, ``lr``, ``local``, ``sampling``, ``per_client_metrics``
-    and ``eval_train`` do not apply to it, and it refuses each at any value but its default
-    (:data:`~fedcompanion.settings.ENGINE_ONLY`; see :mod:`fedcompanion.algorithms.ceadmm` for what it records).
+    The ADMM family (``fc.make("ceadmm", k0=10)``, ...) runs like any other algorithm, a round being one iteration:
+    it needs every client in every round (``clients_per_round=None``), minimises its local objectives exactly or by
+    its own linearised step on any engine (``lr`` and ``local`` do not change it), reports f(y) and
+    ||grad f(y)||^2 for divergence and ``tol``, and records its diagnostics at each evaluation (see
+    :mod:`fedcompanion.algorithms.ceadmm`).
 
     The first run in a process asks glibc's malloc to keep freed blocks for reuse (:mod:`fedcompanion.infra.memory`;
     ``FEDCOMPANION_SYSTEM_MALLOC=1`` opts out): where memory comes from, never the numbers.
@@ -266,60 +265,36 @@ def run(
     """
     settings = RunSettings(clients_per_round, seed, engine, lr, local, sampling, eval_every, per_client_metrics,
                            extra_metrics, init, divergence_factor, tol, eval_train, device, threads, progress)
-    check_common_arguments(task, algorithm, rounds, settings)
+    check_run_arguments(task, algorithm, rounds, settings)
     with torch_threads(threads if threads is not None else default_threads(task.num_params)):
         return _run(task if device is None else task.to(device), algorithm, rounds, settings)
 
 
 def _run(task, algorithm, rounds: int, settings: RunSettings) -> RunResult:
-    if is_full_batch(algorithm):
-        check_admm_arguments(algorithm, settings)
-        return _run_full_batch(task, algorithm, rounds, settings)
-    check_engine_arguments(task, algorithm, settings)
     seed, engine, init = settings.seed, settings.engine, settings.init
     local = settings.local or LocalWork(epochs=1.0)
     schedule = Schedule(task, settings.sampling, settings.clients_per_round, local, seed, settings.lr)
-    x0 = task.init_params(seed) if init is None else init.to(task.device, task.dtype).clone()
-    state = initial_state(task, algorithm, x0, local)
+    x0 = algorithm.initial_model(task, seed) if init is None else init.to(task.device, task.dtype).clone()
+    state = previous = initial_state(task, algorithm, x0, local)
     recorder = Recorder(task, settings.extra_metrics, settings.per_client_metrics, settings.eval_train)
     reuse_freed_memory()
     comm = {"uploaded_floats": 0, "downloaded_floats": 0}
     start = time.perf_counter()
 
     def play(r: int) -> Watch:
-        nonlocal state
+        nonlocal state, previous
         info = schedule.info(r)
+        previous = state
         state, received, uploads, _ = play_round(task, algorithm, state, info, engine=engine, seed=seed, local=local)
         comm["uploaded_floats"] += floats(uploads)
         comm["downloaded_floats"] += len(info.clients) * floats(received)
-        return Watch(finite=bool(torch.isfinite(state.x).all()))
+        return algorithm.watch(task, state)
+
+    def evaluate(r: int, compute: float) -> float:
+        diagnostics = algorithm.diagnostics(task, state, previous if r else None)
+        return recorder.evaluate(r, state.x, {**comm, **diagnostics}, compute)
 
     status, diverged_round = run_rounds(
-        rounds, play, lambda r, compute: recorder.evaluate(r, state.x, comm, compute),
-        eval_every=settings.eval_every, divergence_factor=settings.divergence_factor, name=algorithm.name,
-        progress=settings.progress)
+        rounds, play, evaluate, eval_every=settings.eval_every, divergence_factor=settings.divergence_factor,
+        tol=settings.tol, name=algorithm.name, progress=settings.progress)
     return recorder.result(state.x, status, diverged_round, time.perf_counter() - start)
-
-
-def _run_full_batch(task, algorithm, rounds: int, settings: RunSettings) -> RunResult:
-    """The ADMM family on the loop: ``algorithm.start`` (its state), ``step`` (one iteration, a new state and its
-    :class:`Watch`), ``metrics`` (what an evaluation records) and ``params`` (the global model)."""
-    start = time.perf_counter()
-    state = algorithm.start(task, settings.init, settings.seed)
-    history = History()
-
-    def play(r: int) -> Watch:
-        nonlocal state
-        state, watch = algorithm.step(state, r)
-        return watch
-
-    def evaluate(r: int, compute: float) -> None:
-        values = algorithm.metrics(state)
-        for name, fn in (settings.extra_metrics or {}).items():
-            values[name] = float(fn(algorithm.params(state)))
-        history.record(r, values, compute)
-
-    status, diverged_round = run_rounds(rounds, play, evaluate, eval_every=settings.eval_every, evaluate_start=False,
-                                        divergence_factor=settings.divergence_factor, tol=settings.tol,
-                                        name=algorithm.name, progress=settings.progress)
-    return history.result(algorithm.params(state), status, diverged_round, time.perf_counter() - start)

@@ -83,6 +83,9 @@ class LocalObjective:
         momentum, weight_decay: heavy-ball momentum mu and weight decay of the local SGD (torch.optim.SGD's
             form: b <- mu b + (grad h + wd x), x <- x - eta b); set by the run from ``LocalWork``.
         momentum_buffer: the buffers b at the start [K, P] (carried across rounds), or ``None`` for zero.
+        solve: how h_i is minimised: ``None``, ``steps`` steps of (mini-batch) SGD by the run's engine; an
+            :class:`ExactSolve`, exactly (or by one linearised step) by the exact kernel
+            (:mod:`fedcompanion.engine.exact`), whatever the engine.
     """
 
     start: torch.Tensor
@@ -96,6 +99,7 @@ class LocalObjective:
     momentum: float = 0.0
     weight_decay: float = 0.0
     momentum_buffer: torch.Tensor | None = None
+    solve: ExactSolve | None = None
 
     @classmethod
     def sgd(cls, x0: torch.Tensor, steps: torch.Tensor, lr: float, *, prox: float | torch.Tensor = 0.0,
@@ -110,6 +114,38 @@ class LocalObjective:
     def replace(self, **changes) -> LocalObjective:
         """A copy with ``changes`` applied (the objective is frozen)."""
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ExactSolve:
+    r"""A local objective to be minimised exactly, or by one step linearised at a declared point, instead of by SGD
+    (the ADMM family; :mod:`fedcompanion.engine.exact` does it for every engine). For the K active clients, of a
+    task whose model is linear (``task.client_blocks()``):
+
+    * ``method="exact"``: :math:`\arg\min_x h_i(x)`, by ``local_solver``: ``"factored"`` (least squares: the
+      system's inverse ``factor`` [K, n, n], computed once per run), ``"cg"`` (one Newton step by CG from zero, the
+      authors' code), ``"cg_warm"`` (CG from the start to 1e-8); otherwise (logistic, or the non-convex regulariser)
+      batched Newton-CG to a gradient norm of ``tol``.
+    * ``method="linearized_server"``: :math:`x = z - (s\nabla f(z) + c) / \rho` (f linearised at the anchor z,
+      whose gradient is ``gradient``).
+    * ``method="linearized_local"``: :math:`(s H + \rho I)(x - x^0) = \rho(z - x^0) - s\nabla f(x^0) - c` with
+      ``gradient`` the gradient at the start :math:`x^0` and H = ``curvature`` r I (``curvature="lipschitz"``) or
+      :math:`A^\top A/(d\,r_G)` (``"gram"``, solved through the Woodbury ``factor``, computed once per run).
+
+    Attributes:
+        method, local_solver, curvature, tol: as above.
+        gradient: [K, P] (the linearised methods), or ``None``.
+        curvature_scale: r_i [K] for ``curvature="lipschitz"``.
+        factor: the cached factor (a [K, ...] tensor, or a tuple of them), or ``None``.
+    """
+
+    method: str
+    local_solver: str = "factored"
+    curvature: str = "lipschitz"
+    tol: float = 1e-10
+    gradient: torch.Tensor | None = None
+    curvature_scale: torch.Tensor | None = None
+    factor: object = None
 
 
 class Negated(Sequence):
@@ -188,6 +224,8 @@ class ActiveClients(Mapping):
         return [self._clients[name][i] for i in self._ids]
 
     def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._stacked and isinstance(self._clients[name], Rows):
+            self._stacked[name] = self._clients[name].select(self._ids)
         if name not in self._stacked:
             entries = self.entries(name)
             if entries:
@@ -232,20 +270,50 @@ class ZeroRows(Sequence):
         return ZeroRows(self._n, self.zero, {**self.rows, **dict(zip(clients, values))})
 
 
+class Rows(Sequence):
+    """N per-client entries held as one [N, ...] tensor (an algorithm whose every client works in every round, the
+    ADMM family): client i's entry is ``block[i]``; the active clients' entries are the block itself when every
+    client is active (no copy), and a new block replaces the old one in a round (``replaced``), so a round of N
+    clients costs no per-entry work."""
+
+    def __init__(self, block: torch.Tensor):
+        self.block = block
+
+    def __len__(self) -> int:
+        return len(self.block)
+
+    def __getitem__(self, i):
+        return self.block[i]
+
+    def select(self, ids: list[int]) -> torch.Tensor:
+        """The entries of clients ``ids``, [K, ...]: the block itself if ``ids`` are all N in order."""
+        return self.block if ids == list(range(len(self.block))) else self.block[ids]
+
+    def replaced(self, clients: list[int], values) -> Rows:
+        """A new ``Rows`` with client ``clients[k]``'s entry set to ``values[k]`` (the old block is not changed)."""
+        if clients == list(range(len(self.block))) and isinstance(values, torch.Tensor):
+            return Rows(values)
+        block = self.block.clone()
+        block[clients] = values if isinstance(values, torch.Tensor) else torch.stack(list(values))
+        return Rows(block)
+
+
 def zero_rows(n: int, like: torch.Tensor) -> ZeroRows:
     """N entries, each a zero of ``like``'s shape, dtype and device, none of them held in memory of its own."""
     return ZeroRows(n, torch.zeros_like(like))
 
 
 def replace_entries(entries, clients: torch.Tensor, values):
-    """New per-client entries (a tuple, or :class:`ZeroRows` for ``ZeroRows``): ``values[k]`` (e.g. row k of the
-    round's [K, ...] result) replaces client ``clients[k]``'s entry; the other entries are the same objects.
+    """New per-client entries (a tuple, or :class:`ZeroRows` / :class:`Rows` for those): ``values[k]`` (e.g. row k of
+    the round's [K, ...] result) replaces client ``clients[k]``'s entry; the other entries are the same objects.
 
     An entry that is a view into a larger tensor is copied into memory of its own. A kept row would otherwise keep
     its round's whole [K, P] tensor alive until every one of its K clients has been sampled again: up to several
     times N x P entries in all, where a copy keeps exactly N, and a heap fragmented by those blocks has to grow,
     i.e. take fresh pages from the kernel, each of which faults when first written."""
     ids, own = clients.tolist(), []
+    if isinstance(entries, Rows):
+        return entries.replaced(ids, values)
     for k in range(len(ids)):
         entry = values[k]
         if isinstance(entry, torch.Tensor) and entry.untyped_storage().nbytes() > entry.nbytes:
@@ -274,7 +342,8 @@ DIVERGENCE_FACTOR = 1e3  # a run whose loss exceeds this multiple of its initial
 
 
 class Watch(NamedTuple):
-    """What one round tells the driver's stopping rules (:func:`fedcompanion.driver.run_rounds`)."""
+    """What one round tells the driver's stopping rules (:func:`fedcompanion.driver.run_rounds`); an algorithm's
+    ``watch`` hook gives it (default: whether the global model is finite)."""
 
     finite: bool = True  # the model is finite (else the run has diverged, and is not evaluated)
     loss: float | None = None  # a loss the round computed itself (the ADMM family's f(y)), judged for divergence

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..protocol import ActiveClients, LocalObjective, LocalResult, RoundInfo, State
+from ..protocol import ActiveClients, LocalObjective, LocalResult, RoundInfo, State, Watch
 from ..registry import Registry
 from ..validation import ConfigError
 
@@ -29,8 +29,35 @@ class ServerState:
 Messages = dict[str, torch.Tensor]
 
 
-class Described:
-    """What every algorithm says of itself: its hyperparameters (the constructor's arguments) and its repr."""
+class Algorithm:
+    """Base class of every algorithm. Subclasses set ``name`` and implement the round functions.
+
+    Attributes:
+        name: registry name.
+        needs_probe: whether ``client_update`` needs the probe (f_i(x_0), grad f_i(x_0)) of each active client.
+        probe_samples: ``None``: the probe uses the client's full data; a number: a random subset of that many rows.
+        probe_gradient: ``False`` if ``client_update`` uses only the probe's losses (its gradients are then ``None``
+            and not computed).
+        every_client: every client must work in every round (``fc.run`` refuses partial participation).
+        solves_exactly: its local objectives always declare an exact solve (:class:`~fedcompanion.protocol.ExactSolve`,
+            done by :mod:`fedcompanion.engine.exact` whatever the engine): no engine's SGD kernel runs for it (its
+            runs' keys leave the engine's code out), and a task's non-convex regulariser is trained (the SGD engines
+            refuse such a task).
+        linear_only: it runs on tasks with a linear model only (a config is checked when it is validated).
+
+    Hooks the driver reads, with defaults: ``watch(task, state)`` (the :class:`~fedcompanion.protocol.Watch` after a
+    round: a loss it judges for divergence, a stationarity it judges against ``tol``; default: whether the global
+    model is finite) and ``diagnostics(task, state, previous)`` (more values to record at each evaluation, from the
+    state and the one before the last round, ``None`` at round 0).
+    """
+
+    name = "base"
+    needs_probe = False
+    probe_samples = None
+    probe_gradient = True
+    every_client = False
+    solves_exactly = False
+    linear_only = False
 
     def hyperparameters(self) -> dict:
         """The constructor arguments (for results tables and cache keys)."""
@@ -40,24 +67,11 @@ class Described:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{type(self).__name__}({args})"
 
-
-class Algorithm(Described):
-    """Base class of the engine algorithms. Subclasses set ``name`` and implement the round functions.
-
-    Attributes:
-        name: registry name.
-        needs_probe: whether ``client_update`` needs the probe (f_i(x_0), grad f_i(x_0)) of each active client.
-        probe_samples: ``None``: the probe uses the client's full data; a number: a random subset of that many rows.
-        probe_gradient: ``False`` if ``client_update`` uses only the probe's losses (its gradients are then ``None``
-            and not computed).
-    """
-
-    name = "base"
-    needs_probe = False
-    probe_samples = None
-    probe_gradient = True
-
     # ------------------------------------------------------------------ state
+    def initial_model(self, task, seed: int) -> torch.Tensor:
+        """x^0 when ``fc.run`` is given no ``init``: the task's initialisation under ``seed``."""
+        return task.init_params(seed)
+
     def init(self, task, x0: torch.Tensor) -> State:
         """The state at round 0: the server's part and every client's part."""
         return State(self.init_server(task, x0), self.init_clients(task, x0))
@@ -91,6 +105,20 @@ class Algorithm(Described):
         """The new server state, from the old one and what the clients uploaded."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ what the driver reads
+    def watch(self, task, state: State) -> Watch:
+        """The round's :class:`~fedcompanion.protocol.Watch` (default: whether the global model is finite)."""
+        return Watch(finite=bool(torch.isfinite(state.x).all()))
+
+    def diagnostics(self, task, state: State, previous: State | None) -> dict[str, float]:
+        """Values recorded at each evaluation besides the driver's own (default: none)."""
+        return {}
+
+    @classmethod
+    def reports_stationarity(cls) -> bool:
+        """Whether its ``watch`` reports a stationarity (what ``tol`` is judged against)."""
+        return cls.watch is not Algorithm.watch
+
 
 def delta(received: Messages, result: LocalResult) -> torch.Tensor:
     """Delta_i = x_i - x_0 of the active clients, [K, P]."""
@@ -98,7 +126,7 @@ def delta(received: Messages, result: LocalResult) -> torch.Tensor:
 
 
 def _check_algorithm(name: str, cls: type) -> type:
-    if not isinstance(cls, type) or not issubclass(cls, Described):
+    if not isinstance(cls, type) or not issubclass(cls, Algorithm):
         raise ConfigError(f"algorithm {name!r}: register an algorithm class (a subclass of Algorithm), got {cls!r}")
     if getattr(cls, "name", None) != name:
         raise ConfigError(f"algorithm {name!r}: the class's name attribute must be the name it is registered under, "
@@ -123,25 +151,6 @@ def register(cls: type) -> type:
     return register_algorithm(cls.name, cls)
 
 
-class FullBatch(Described):
-    """An algorithm that runs every client in every iteration with a local step of its own (the ADMM family), on
-    the driver's loop like any other: ``start(task, init, seed) -> state``; ``step(state, k) -> (state, watch)``
-    (iteration k and its :class:`~fedcompanion.protocol.Watch`); ``metrics(state)`` (what an
-    evaluation records) and ``params(state)`` (the global model)."""
-
-    name = "full_batch"
-
-
-def is_full_batch(algorithm) -> bool:
-    """Whether ``fc.run`` drives it full-batch (the ADMM family)."""
-    return isinstance(algorithm, FullBatch)
-
-
-def is_engine_class(cls: type) -> bool:
-    """Whether ``fc.run`` drives instances of ``cls`` through an engine (the ADMM family runs full-batch)."""
-    return isinstance(cls, type) and issubclass(cls, Algorithm)
-
-
 def make(name: str, **hyperparameters):
     """Build a registered algorithm, e.g. ``make('fedprox', mu=0.01)``."""
     cls = REGISTRY.lookup(name)
@@ -150,8 +159,3 @@ def make(name: str, **hyperparameters):
     if unknown:
         raise ConfigError(f"{name} has no hyperparameter {unknown}; its hyperparameters are {allowed}")
     return cls(**hyperparameters)
-
-
-def is_engine_algorithm(algorithm) -> bool:
-    """Whether ``fc.run`` drives it through an engine (the ADMM family runs full-batch)."""
-    return isinstance(algorithm, Algorithm)

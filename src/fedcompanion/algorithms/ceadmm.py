@@ -53,6 +53,15 @@ Penalties (the authors' code): :math:`\sigma_i = \frac{r_0}{\log(2 + k_0)}\log(m
 is a handful of batched tensor operations; every quantity is computed once per iteration and shared by the
 step and the recorded metrics (:math:`f(y)` only when y changes).
 
+On the protocol (:mod:`fedcompanion.protocol`) a round is one iteration: ``broadcast`` sends y only when
+k mod k0 = 0 (so communication is counted from the messages, as for every algorithm); each client's local
+objective is :math:`h_i(x) = w_i f_i(x) + \langle\pi_i, x\rangle + \tfrac{\sigma_i}{2}\|x - y\|^2` (s = w_i,
+c = pi_i, rho = sigma_i, z = y) with an :class:`~fedcompanion.protocol.ExactSolve` saying how it is minimised (the
+exact kernel, :mod:`fedcompanion.engine.exact`, does it on any engine); ``client_update`` is the multiplier step
+and uploads z_i when the next iteration communicates; ``server_update`` sums the uploads into the next y. Every
+client works in every round (``every_client``). ``watch`` gives the driver f(y) and
+:math:`\|\nabla f(y)\|^2` (divergence, ``tol``), ``diagnostics`` the records below.
+
 Nothing here needs convexity: a task with the non-convex regulariser (``Task.nonconvex``) runs like any other,
 which is what Theorems 3.1-3.3 are about. ``init_scale`` > 0 starts from :math:`x^0 \sim` ``init_scale`` N(0, I)
 drawn with the run's seed (default: zeros, the authors' start).
@@ -61,64 +70,65 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
-from ..linalg import batched_cg, bmv
-from ..protocol import Watch
+from ..engine.exact import LOCAL_SOLVERS, exact_factor, woodbury_factor
+from ..protocol import ExactSolve, LocalObjective, Rows, Watch
 from ..validation import ConfigError, check_choice, check_number
-from .base import FullBatch, register
-
-Blocks = Any  # a task's ClientBlocks (``task.client_blocks()``, :mod:`fedcompanion.tasks.convex`): duck-typed here, so
-# that the algorithms never import the tasks
+from .base import Algorithm, register
 
 SOLVERS = ("exact", "linearized_server", "linearized_local")
 CURVATURES = ("lipschitz", "gram")
-# CEADMM's least-squares solve: a factor cached once, the authors' CG on the Newton step, or CG from x_i^k to 1e-8
-LOCAL_SOLVERS = ("factored", "cg", "cg_warm")
 
 
-def default_penalties(blocks: Blocks, k0: int, r: torch.Tensor) -> torch.Tensor:
+def default_penalties(blocks, k0: int, r: torch.Tensor) -> torch.Tensor:
     """sigma_i = r0 / log(2 + k0) * log(m d_i) * w_i r_i (the authors' code)."""
     m = len(blocks.sizes)
     r0 = 0.1 if m > 20 else (0.12 if m > 10 else 0.15)
     return r0 / math.log(2 + k0) * torch.log(m * blocks.sizes) * blocks.weights * r
 
 
-METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "step_sq", "comm_rounds", "test_accuracy")
+METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "step_sq", "comm_rounds")
+
+
+def client_blocks(task, clients=None):
+    """The task's client blocks (all, or ``clients``' only), or the reason the family cannot run on it."""
+    try:
+        b = task.client_blocks()
+    except NotImplementedError as exc:
+        raise ConfigError(f"the ADMM family needs a linear model with a least-squares or logistic loss: {exc}") \
+            from None
+    return b if clients is None else b.select(clients.tolist())
 
 
 @dataclass(frozen=True)
-class ADMMState:
-    """A run of the family between two iterations (a new one each iteration; ``cache`` holds the factors of the
-    local solves, computed in the first iteration that needs them and shared from then on)."""
+class ADMMServer:
+    """The server between two iterations: ``x`` the global model in the task's dtype (x^0 before the first
+    iteration, then the y of the last one), ``y`` that y in float64 (``None`` before the first iteration), ``z`` the
+    sum of the last uploads sigma_i x_i + pi_i (the next y is z / sum_i sigma_i), the iteration count ``k`` and the
+    communications so far."""
 
-    task: Any
-    blocks: Blocks
-    r: torch.Tensor  # the Lipschitz constants r_i
-    sigma: torch.Tensor  # the penalties sigma_i
-    x: torch.Tensor  # the local copies x_i, [m, n]
-    pi: torch.Tensor  # the multipliers pi_i, [m, n]
-    y: torch.Tensor | None  # the server point (None before the first communication)
-    grad_x: torch.Tensor  # grad f_i(x_i), what ICEADMM's next step linearises at
-    f_x: torch.Tensor | None = None  # f_i(x_i) where the step computed it
-    before: tuple = (None, None, None)  # (x, pi, y) before the last iteration
-    comm: int = 0  # communications so far
-    f_y: float = math.nan
-    grad_sq_y: float = math.nan
-    cache: dict = field(default_factory=dict)
+    x: torch.Tensor
+    y: torch.Tensor | None
+    z: torch.Tensor
+    sigma_sum: torch.Tensor
+    k: int = 0
+    comm: int = 0
 
 
-class ConsensusADMM(FullBatch):
-    """The family above: full-batch, every client in every iteration, on the driver's loop
-    (``fc.run(task, fc.make("iceadmm", k0=10), rounds=...)``, a round being one iteration)."""
+class ConsensusADMM(Algorithm):
+    """The family above: every client in every iteration, a round being one iteration
+    (``fc.run(task, fc.make("iceadmm", k0=10), rounds=...)``)."""
 
     name = "consensus_admm"
     solver = "exact"
     dual = True
     local_solver = "factored"
+    every_client = True
+    solves_exactly = True
+    linear_only = True
 
     def __init__(self, k0: int = 1, sigma: float | list | None = None, gamma: float | None = None,
                  tol_local: float = 1e-10, reset_local: bool = True, curvature: str = "lipschitz",
@@ -141,7 +151,7 @@ class ConsensusADMM(FullBatch):
         self.gram_r = check_number("gram_r", gram_r, low=0.0, low_open=True)
         self.init_scale = check_number("init_scale", init_scale, low=0.0)
 
-    def penalties(self, blocks: Blocks, r: torch.Tensor) -> torch.Tensor:
+    def penalties(self, blocks, r: torch.Tensor) -> torch.Tensor:
         """sigma_i for every client: w_i / gamma if gamma is given, else the given sigma, else the paper's default from
         the Lipschitz constants r."""
         if self.gamma is not None:  # sigma_i = w_i / gamma (Algorithms 1, 2 and 4 of the paper)
@@ -153,68 +163,99 @@ class ConsensusADMM(FullBatch):
             raise ConfigError(f"sigma has {len(self.sigma)} values but the task has {m} clients")
         return torch.as_tensor(self.sigma, dtype=torch.float64, device=r.device).expand(m).clone()
 
-    # ------------------------------------------------------------------ local updates
-    def _exact(self, b: Blocks, x, y, pi, sigma, cache):
-        w = b.weights[:, None]
-        quadratic = b.loss.quadratic and not b.nonconvex
-        if quadratic and self.local_solver != "factored":
-            def hessian(v):  # (w_i H_i + sigma_i I) v
-                return w * b.hvp(x, v) + sigma[:, None] * v
+    def _factored(self, b) -> bool:
+        """Whether the exact solve is one product with a cached inverse (least squares, the factored solver)."""
+        return self.solver == "exact" and b.loss.quadratic and not b.nonconvex and self.local_solver == "factored"
 
-            if self.local_solver == "cg":  # the authors' code: the Newton step s by CG from zero
-                g = w * b.evaluate(x)[1] + pi + sigma[:, None] * (x - y)
-                return x - batched_cg(hessian, g, 1e-4 * g.norm(dim=1), 50)
-            rhs = w * b.atb - pi + sigma[:, None] * y  # cg_warm: the solve to 1e-8, CG from x_i^k
-            return batched_cg(hessian, rhs, 1e-8 * rhs.norm(dim=1), 50, start=x)
-        if quadratic:  # (w_i (H_i + mu_i I) + sigma_i I) x = w_i A_i^T b_i / d_i - pi_i + sigma_i y
-            if "inverse" not in cache:  # factor once; then each solve is one batched product
-                eye = torch.eye(b.a.shape[-1], dtype=b.a.dtype, device=b.a.device)
-                system = w[:, :, None] * (b.gram + b.l2[:, None, None] * eye) + sigma[:, None, None] * eye
-                cache["inverse"] = torch.cholesky_inverse(torch.linalg.cholesky(system))
-            return bmv(cache["inverse"], w * b.atb - pi + sigma[:, None] * y)
-        def local(x):  # (w_i f_i(x) + <pi_i, x> + sigma_i/2 ||x - y||^2, its gradient)
-            f, g = b.evaluate(x)
-            value = w[:, 0] * f + (pi * x).sum(1) + 0.5 * sigma * ((x - y) ** 2).sum(1)
-            return value, w * g + pi + sigma[:, None] * (x - y)
+    # ------------------------------------------------------------------ state
+    def initial_model(self, task, seed: int) -> torch.Tensor:
+        """x^0: zeros (the authors' start), or ``init_scale`` N(0, I) drawn with ``seed``; float64."""
+        n = client_blocks(task).a.shape[-1]
+        if self.init_scale:
+            return self.init_scale * torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+        return torch.zeros(n, dtype=torch.float64)
 
-        value, g = local(x)
-        for _ in range(50):  # Newton-CG, each client's step halved until its local objective decreases
-            if g.norm(dim=1).max() <= self.tol_local:
-                break
-            step = batched_cg(lambda v, x=x: w * b.hvp(x, v) + sigma[:, None] * v, g, self.tol_local * 1e-2, 200)
-            t = torch.ones_like(value)
-            for _ in range(30):
-                trial_value, trial_g = local(x - t[:, None] * step)
-                worse = ~(trial_value <= value + 1e-12 * value.abs())  # (rounding is no increase; NaN is)
-                if not worse.any():
-                    break
-                t = torch.where(worse, 0.5 * t, t)
-            x, value, g = x - t[:, None] * step, trial_value, trial_g
-        return x
+    def init(self, task, x0: torch.Tensor):
+        """Every local copy at x0, multipliers zero, the penalties (:meth:`penalties`), the Lipschitz constants and
+        the cached factors as client-state entries; the server holds the first y's numerator."""
+        from ..protocol import State
 
-    def _local(self, b, x, y, pi, sigma, r, grad_x, cache):
-        """x_i^{k+1}; ``grad_x`` is grad f_i(x_i^k) (the linearised-local step needs it)."""
-        if self.solver == "exact":
-            return self._exact(b, x, y, pi, sigma, cache)
-        w = b.weights[:, None]
-        if self.solver == "linearized_server":  # y - (w_i grad f_i(y) + pi_i) / sigma_i
-            y_all = y.expand_as(x)
-            return y_all - (w * b.evaluate(y_all)[1] + pi) / sigma[:, None]
-        rhs = sigma[:, None] * (y - x) - w * grad_x - pi  # ICEADMM
-        if self.curvature == "lipschitz":  # H_i = r_i I
-            return x + rhs / (w * r[:, None] + sigma[:, None])
-        # H_i = A_i^T A_i / (d_i r): (sigma I + c A^T A)^-1 = (I - c A^T (sigma I + c A A^T)^-1 A) / sigma,
-        # with c = w_i / (d_i r) and the small d_i x d_i inverse factored once (Woodbury)
-        if "woodbury" not in cache:
-            c = b.weights / (b.sizes * self.gram_r)
-            eye = torch.eye(b.a.shape[1], dtype=b.a.dtype, device=b.a.device)
-            inner = sigma[:, None, None] * eye + c[:, None, None] * torch.bmm(b.a, b.a_transposed)
-            cache["woodbury"] = (c, torch.cholesky_inverse(torch.linalg.cholesky(inner)))
-        c, inner_inverse = cache["woodbury"]
-        correction = b._at(bmv(inner_inverse, b.predict(rhs))) * b.sizes[:, None]  # A^T M A rhs
-        return x + (rhs - c[:, None] * correction) / sigma[:, None]
+        b = client_blocks(task)
+        m, n = len(b.sizes), b.a.shape[-1]
+        r = b.lipschitz()
+        sigma = self.penalties(b, r)
+        if self.solver == "exact" and b.nonconvex and bool((sigma <= b.weights * b.nonconvex / 2).any()):
+            raise ConfigError(f"{self.name}'s local objective is not convex: with nonconvex={b.nonconvex} every "
+                              f"sigma_i must exceed w_i * nonconvex / 2 (smallest sigma_i / w_i: "
+                              f"{float((sigma / b.weights).min()):.3g})")
+        x = x0.to(b.a).expand(m, n).clone()
+        pi = torch.zeros_like(x)
+        f_x, grad_x = b.evaluate(x)
+        clients = {"x": Rows(x), "pi": Rows(pi), "sigma": Rows(sigma), "r": Rows(r), "grad": Rows(grad_x),
+                   "f_x": Rows(f_x), "y": Rows(x), "f_y": Rows(f_x), "g_y": Rows(grad_x)}
+        if self._factored(b):
+            clients["factor"] = Rows(exact_factor(b, b.weights, sigma))
+        if self.solver == "linearized_local" and self.curvature == "gram":
+            kappa, inverse = woodbury_factor(b, b.weights, sigma, self.gram_r)
+            clients["kappa"], clients["factor"] = Rows(kappa), Rows(inverse)
+        server = ADMMServer(x0.to(task.dtype), None, (sigma[:, None] * x + pi).sum(0), sigma.sum())
+        return State(server, clients)
 
-    def _evaluate_local(self, b: Blocks, x: torch.Tensor, pi: torch.Tensor):
+    # ------------------------------------------------------------------ one iteration
+    def broadcast(self, state) -> dict:
+        """y = z / sum_i sigma_i when this iteration communicates (k mod k0 = 0), else nothing."""
+        server = state.server
+        return {"y": server.z / server.sigma_sum} if server.k % self.k0 == 0 else {}
+
+    def local_objective(self, task, received, clients, info) -> LocalObjective:
+        """h_i = w_i f_i + <pi_i, x> + sigma_i/2 ||x - y||^2 from x_i (from y after a reset), with its solve; on a
+        communication the clients evaluate f_i and grad f_i at the new y (the linearisation point after a reset)."""
+        b = client_blocks(task, info.clients)
+        x, sigma = clients["x"], clients["sigma"]
+        grad = clients["grad"]
+        at_y = None
+        if "y" in received:
+            y = received["y"].expand_as(x)
+            if self.reset_local:
+                x = y.clone()
+            at_y = b.evaluate(y)
+            if self.reset_local:
+                grad = at_y[1]
+        else:
+            y = clients["y"]
+        factor = None
+        if "factor" in clients:
+            factor = (clients["kappa"], clients["factor"]) if "kappa" in clients else clients["factor"]
+        gradient = {"linearized_server": None if at_y is None else at_y[1], "linearized_local": grad}.get(self.solver)
+        solve = ExactSolve(self.solver, self.local_solver, self.curvature, self.tol_local, gradient, clients["r"],
+                           factor)
+        return _Objective(x, y, sigma, clients["pi"], b.weights, info.steps, torch.full_like(sigma, math.nan),
+                          solve=solve, at_y=at_y)
+
+    def client_update(self, task, received, clients, info, result):
+        """pi_i + sigma_i (x_i - y) (held at zero without multipliers); the upload z_i = sigma_i x_i + pi_i when the
+        next iteration communicates."""
+        objective = result.objective
+        x, y, sigma = result.x, objective.anchor, objective.prox
+        pi = clients["pi"] + sigma[:, None] * (x - y) if self.dual else clients["pi"]
+        new = {"x": x, "pi": pi}
+        if self.solver == "linearized_local":  # the next step linearises at x_i^{k+1}
+            new["f_x"], new["grad"] = self._evaluate_local(client_blocks(task, info.clients), x, pi)
+        if objective.at_y is not None:
+            new["y"], new["f_y"], new["g_y"] = y, *objective.at_y
+        uploads = {"z": sigma[:, None] * x + pi} if (info.round + 1) % self.k0 == 0 else {}
+        return new, uploads
+
+    def server_update(self, server: ADMMServer, info, uploads) -> ADMMServer:
+        """y when this iteration communicated (the y it broadcast), and the next y's numerator from the uploads."""
+        y, x, comm = server.y, server.x, server.comm
+        if server.k % self.k0 == 0:
+            y = server.z / server.sigma_sum
+            x, comm = y.to(server.x.dtype), comm + 1
+        z = uploads["z"].sum(0) if "z" in uploads else server.z
+        return dataclasses.replace(server, x=x, y=y, z=z, k=server.k + 1, comm=comm)
+
+    def _evaluate_local(self, b, x: torch.Tensor, pi: torch.Tensor):
         """(f_i(x_i^{k+1}), grad f_i(x_i^{k+1})). After an exact least-squares step the optimality condition
         w_i grad f_i(x_i^{k+1}) + pi_i^{k+1} = 0 gives the gradient for free, and with it the value
         f_i = f^_i + e'(grad - mu_i x)/2 + mu_i ||x||^2/2, e = x - x^_i (see ``ClientBlocks.evaluate``)."""
@@ -227,73 +268,46 @@ class ConsensusADMM(FullBatch):
         reg = b.l2[:, None] * x
         return b.floor + 0.5 * (e * (grad - reg)).sum(1) + 0.5 * (reg * x).sum(1), grad
 
-    # ------------------------------------------------------------------ iterations on the driver's loop
-    def start(self, task, init: torch.Tensor | None = None, seed: int = 0) -> ADMMState:
-        """The state before iteration 0: every local copy at ``init`` (default zeros, or ``init_scale`` N(0, I) drawn
-        with ``seed``), multipliers zero, the penalties of :meth:`penalties`."""
-        try:
-            b = task.client_blocks()
-        except NotImplementedError as exc:
-            raise ConfigError(f"{self.name} needs a linear model with a least-squares or logistic loss: {exc}") \
-                from None
-        m, n = len(b.sizes), b.a.shape[-1]
-        r = b.lipschitz()
-        sigma = self.penalties(b, r)
-        if self.solver == "exact" and b.nonconvex and bool((sigma <= b.weights * b.nonconvex / 2).any()):
-            raise ConfigError(f"{self.name}'s local objective is not convex: with nonconvex={b.nonconvex} every "
-                              f"sigma_i must exceed w_i * nonconvex / 2 (smallest sigma_i / w_i: "
-                              f"{float((sigma / b.weights).min()):.3g})")
-        if init is None and self.init_scale:
-            generator = torch.Generator().manual_seed(seed)
-            init = self.init_scale * torch.randn(n, dtype=torch.float64, generator=generator)
-        x = torch.zeros(m, n, dtype=torch.float64, device=b.a.device) if init is None else \
-            init.to(b.a).expand(m, n).clone()
-        return ADMMState(task, b, r, sigma, x, torch.zeros_like(x), None, b.evaluate(x)[1])
+    # ------------------------------------------------------------------ what the driver reads
+    def _at_y(self, task, state) -> tuple[float, float]:
+        """(f(y), ||grad f(y)||^2) at the last broadcast y, from what the clients evaluated there (a server that holds
+        no client state, Flower's, evaluates them itself)."""
+        b = client_blocks(task)
+        if "f_y" not in state.clients:
+            f_i, g_i = b.evaluate(state.server.y.expand(len(b.sizes), -1))
+        else:
+            f_i, g_i = state.clients["f_y"].block, state.clients["g_y"].block
+        return float(b.weights @ f_i), float(((b.weights @ g_i) ** 2).sum())
 
-    def step(self, state: ADMMState, k: int) -> tuple[ADMMState, Watch]:
-        """Iteration k: a communication if k is a multiple of k0 (y, and f(y) and ||grad f(y)||^2 with it), the
-        local update, the multiplier update. The watch: f(y) for divergence, ||grad f(y)||^2 for the tolerance."""
-        b, sigma = state.blocks, state.sigma
-        x, pi, y, grad_x = state.x, state.pi, state.y, state.grad_x
-        f_y, grad_sq_y, comm = state.f_y, state.grad_sq_y, state.comm
-        if k % self.k0 == 0:  # communication: clients upload z_i = sigma_i x_i + pi_i
-            y = (sigma[:, None] * x + pi).sum(0) / sigma.sum()
-            comm += 1
-            if self.reset_local:
-                x = y.expand_as(x).clone()
-            f_i, g_i = b.evaluate(y.expand_as(x))
-            f_y, grad_sq_y = float(b.weights @ f_i), float(((b.weights @ g_i) ** 2).sum())
-            if self.reset_local:
-                grad_x = g_i
-        x_new = self._local(b, x, y, pi, sigma, state.r, grad_x, state.cache)
-        pi_new = pi + sigma[:, None] * (x_new - y) if self.dual else pi
-        f_x = None
-        if self.solver == "linearized_local":  # the next step needs grad f_i(x_i^{k+1})
-            f_x, grad_x = self._evaluate_local(b, x_new, pi_new)
-        new = dataclasses.replace(state, x=x_new, pi=pi_new, y=y, grad_x=grad_x, f_x=f_x, before=(state.x, pi,
-                                  state.y), comm=comm, f_y=f_y, grad_sq_y=grad_sq_y)
-        return new, Watch(bool(torch.isfinite(y).all()), f_y, grad_sq_y)
+    def watch(self, task, state) -> Watch:
+        """Whether y is finite, f(y) (judged for divergence) and ||grad f(y)||^2 (judged against ``tol``)."""
+        return Watch(bool(torch.isfinite(state.server.y).all()), *self._at_y(task, state))
 
-    def metrics(self, state: ADMMState) -> dict[str, float]:
-        """``objective_y`` f(y^{k+1}), ``objective_X`` F(X^{k+1}) = sum_i w_i f_i(x_i^{k+1}), ``lagrangian``
-        L(y^{k+1}, X^{k+1}, Pi^{k+1}), ``grad_sq_y``, ``step_sq`` = ||y^{k+1} - y^k||^2 + ||X^{k+1} - X^k||^2 +
-        ||Pi^{k+1} - Pi^k||^2 (the last iteration's change of the whole sequence, Frobenius norms), ``comm_rounds``
-        and, where the task has test data, ``test_accuracy`` of y."""
-        b, x, pi, y, sigma = state.blocks, state.x, state.pi, state.y, state.sigma
-        f_x = state.f_x if state.f_x is not None else self._evaluate_local(b, x, pi)[0]
-        f_big_x, gap = b.weights @ f_x, x - y
+    def diagnostics(self, task, state, previous) -> dict[str, float]:
+        """After an iteration: ``objective_y`` f(y), ``objective_X`` F(X) = sum_i w_i f_i(x_i), ``lagrangian``
+        L(y, X, Pi), ``grad_sq_y``, ``step_sq`` = ||y - y'||^2 + ||X - X'||^2 + ||Pi - Pi'||^2 (the iteration's
+        change, Frobenius norms; the first iteration's without y, which did not exist before it) and
+        ``comm_rounds``. Nothing before the first iteration (round 0), where y^{k+1} is not yet defined."""
+        if previous is None:
+            return {}
+        b, clients, server = client_blocks(task), state.clients, state.server
+        x, pi, sigma = clients["x"].block, clients["pi"].block, clients["sigma"].block
+        f_y, grad_sq_y = self._at_y(task, state)
+        f_x = clients["f_x"].block if self.solver == "linearized_local" else self._evaluate_local(b, x, pi)[0]
+        f_big_x, gap = b.weights @ f_x, x - server.y
         lagrangian = f_big_x + (pi * gap).sum() + 0.5 * (sigma * (gap * gap).sum(1)).sum()
-        step_sq = sum(float(((now - then) ** 2).sum()) for now, then in zip((x, pi, y), state.before)
+        before = (previous.clients["x"].block, previous.clients["pi"].block, previous.server.y)
+        step_sq = sum(float(((now - then) ** 2).sum()) for now, then in zip((x, pi, server.y), before)
                       if then is not None)
-        values = dict(zip(METRICS, (state.f_y, float(f_big_x), float(lagrangian), state.grad_sq_y, step_sq,
-                                    float(state.comm))))
-        if state.task.test is not None:
-            values["test_accuracy"] = float(state.task.test_metrics(self.params(state))["test_accuracy"])
-        return values
+        return dict(zip(METRICS, (f_y, float(f_big_x), float(lagrangian), grad_sq_y, step_sq, float(server.comm))))
 
-    def params(self, state: ADMMState) -> torch.Tensor:
-        """The global model y, in the task's dtype."""
-        return state.y.to(state.task.dtype)
+
+@dataclass(frozen=True)
+class _Objective(LocalObjective):
+    """The family's local objective, carrying (f_i(y), grad f_i(y)) where the clients evaluated them this round
+    (``at_y``), for the client update to keep."""
+
+    at_y: tuple | None = None
 
 
 @register

@@ -1,7 +1,7 @@
 """A run as data (:class:`ExperimentConfig`), its validation, and its key: what names its cached results.
 
-The key is the canonical JSON of the config (``label`` excluded; for the ADMM family, without the engine-only
-fields), plus ``code``: the fingerprint of the code this run executes (:mod:`fedcompanion.infra.fingerprint`, from
+The key is the canonical JSON of the config (``label`` excluded), plus ``code``: the fingerprint of the code this
+run executes (:mod:`fedcompanion.infra.fingerprint`, from
 the run driver and the registry entries the config names: its algorithm (and any algorithm that one names, by a
 hyperparameter or a default), engine, task builder, dataset loader, partitioner and metrics), plus ``files``: the
 checksums of the shipped data files its task reads, plus ``data`` for a user's own dataset or task: a digest of its
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..algorithms.base import REGISTRY, is_engine_class, make
+from ..algorithms.base import REGISTRY, make
 from ..data.files import checksums
 from ..data.loaders import LOADERS, dataset_digest, held_digest
 from ..data.partition import PARTITIONS, partition_parameters
@@ -27,7 +27,6 @@ from ..losses import LOSSES
 from ..models import MODELS
 from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
-from ..settings import ENGINE_ONLY
 from ..tasks import TASKS, is_partitioned, linear_design, task_digest
 from ..validation import ConfigError, check_argument, check_choice, check_device
 
@@ -44,13 +43,15 @@ class ExperimentConfig:
         algorithm, hyperparameters: ``fedcompanion.make(algorithm, **hyperparameters)``.
         rounds: communication rounds (iterations for the ADMM family).
         clients_per_round, lr, local, sampling, engine: as in :func:`fedcompanion.run` (``local`` holds the
-            keyword arguments of :class:`~fedcompanion.engine.LocalWork`); ignored by the ADMM family.
-        eval_every: evaluate every so many rounds (the ADMM family: record every so many iterations).
+            keyword arguments of :class:`~fedcompanion.engine.LocalWork`); the ADMM family needs
+            ``clients_per_round=None`` (every client in every iteration).
+        eval_every: evaluate every so many rounds.
         per_client_metrics: record each client's loss and accuracy at each evaluation.
         eval_train: evaluate on the clients' training data (see :func:`fedcompanion.run`).
         metrics: extra metrics by name (see ``METRICS``): ``suboptimality``, ``distance_to_optimum``,
             ``clustering_objective``, ``clustering_accuracy``, or one registered with ``register_metric``.
-        tol: the ADMM family's stopping tolerance on ||grad f(y)||^2 (``None``: run all iterations).
+        tol: a stopping tolerance on a round's stationarity, for an algorithm that reports one (the ADMM family:
+            ||grad f(y)||^2; ``None``: run every round).
         divergence_factor: a run whose loss exceeds this multiple of its initial one stops as diverged.
         save_params: also store the final model (``load_params``).
         device: ``cpu`` or ``cuda``.
@@ -77,11 +78,6 @@ class ExperimentConfig:
     save_params: bool = False
     device: str = "cpu"
     label: str = ""
-
-    @property
-    def is_engine_run(self) -> bool:
-        """Whether an engine drives it (else it runs full-batch: the ADMM family); decided by the class."""
-        return is_engine_class(REGISTRY.lookup(self.algorithm))
 
     # ------------------------------------------------------------------ the key
     def _argument(self, name: str):
@@ -134,13 +130,14 @@ class ExperimentConfig:
 
     def code_roots(self) -> list:
         """What the run executes, as fingerprint roots: the run driver, the algorithm's classes (and any algorithm
-        it names), the engine (for an engine run), the task's roots and the metrics: the core plus the registry
-        entries the config names."""
+        it names), the engine (unless the algorithm solves exactly), the sampling, the task's roots and the metrics: the
+        core plus the registry entries the config names."""
         from .runner import run_config  # the function that runs a config (its module's other helpers are not run)
 
         roots: list = [run_config, *self.algorithm_classes(), *self.task_roots()]
-        if self.is_engine_run:  # the engine and the sampling named (registries are opaque to the fingerprint)
-            roots += [ENGINES.lookup(self.engine), SAMPLINGS.lookup(self.sampling)]
+        if not REGISTRY.lookup(self.algorithm).solves_exactly:  # (no engine kernel runs for an exact solver)
+            roots.append(ENGINES.lookup(self.engine))  # (registries are opaque to the fingerprint: the entries named)
+        roots.append(SAMPLINGS.lookup(self.sampling))
         return roots + [registry("metric")[m] for m in self.metrics if m in registry("metric")]
 
     def package_code(self) -> str:
@@ -163,13 +160,10 @@ class ExperimentConfig:
         return dataset_digest(dataset) if isinstance(dataset, str) and dataset in LOADERS.user else None
 
     def key(self) -> dict:
-        """What names the run's results: the config (no label; for the ADMM family, no engine-only fields), the
-        fingerprint of the code it executes and, for a user's own data, its digest."""
+        """What names the run's results: the config (no label), the fingerprint of the code it executes and, for a
+        user's own data, its digest."""
         d = dataclasses.asdict(self)
         d.pop("label")
-        if not self.is_engine_run:
-            for name in ENGINE_ONLY:
-                d.pop(name)
         d["code"] = fingerprint(self.code_roots())
         files = self.data_files()
         if files:
@@ -211,20 +205,24 @@ class ExperimentConfig:
         if not isinstance(self.device, str):
             raise ConfigError(f"device must be a str such as 'cpu' or 'cuda', got {self.device!r}")
         check_device(self.device)
-        if self.is_engine_run:
-            fields = [f.name for f in dataclasses.fields(LocalWork)]
-            unknown = sorted(set(self.local) - set(fields))
-            if unknown:
-                raise ConfigError(f"local has no field {unknown}; LocalWork's fields are {fields}")
-            LocalWork(**self.local)
-            check_argument("lr", self.lr)
-            check_choice("engine", self.engine, ENGINES)
-            SAMPLINGS.lookup(self.sampling)
-            check_argument("clients_per_round", self.clients_per_round)
-            if self.tol is not None:
-                raise ConfigError(f"tol applies to the ADMM family only, not to {self.algorithm}")
-        else:
-            check_argument("tol", self.tol)
+        fields = [f.name for f in dataclasses.fields(LocalWork)]
+        unknown = sorted(set(self.local) - set(fields))
+        if unknown:
+            raise ConfigError(f"local has no field {unknown}; LocalWork's fields are {fields}")
+        LocalWork(**self.local)
+        check_argument("lr", self.lr)
+        check_choice("engine", self.engine, ENGINES)
+        SAMPLINGS.lookup(self.sampling)
+        check_argument("clients_per_round", self.clients_per_round)
+        check_argument("tol", self.tol)
+        cls = REGISTRY.lookup(self.algorithm)
+        if self.tol is not None and not cls.reports_stationarity():
+            raise ConfigError(f"tol applies to an algorithm that reports a stationarity (the ADMM family), not to "
+                              f"{self.algorithm}")
+        if cls.every_client and self.clients_per_round is not None:
+            raise ConfigError(f"{self.algorithm} needs every client in every round: clients_per_round must be None, "
+                              f"got {self.clients_per_round}")
+        if cls.linear_only:
             self._check_convex_task()
         return self
 

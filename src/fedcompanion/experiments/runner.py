@@ -38,10 +38,7 @@ def run_config(config, progress: bool = False) -> RunResult:
     task = build_task(config).to(config.device)
     algorithm = make(config.algorithm, **config.hyperparameters)
     extra = {name: registry("metric")[name](task, config) for name in config.metrics}  # their code: in the key
-    common = dict(seed=config.seed, eval_every=config.eval_every, extra_metrics=extra,
-                  divergence_factor=config.divergence_factor, progress=progress)
-    if not config.is_engine_run:
-        return run(task, algorithm, config.rounds, tol=config.tol, **common)
-    return run(task, algorithm, config.rounds, config.clients_per_round, engine=config.engine, lr=config.lr,
-               local=LocalWork(**config.local), sampling=config.sampling, per_client_metrics=config.per_client_metrics,
-               eval_train=config.eval_train, **common)
+    return run(task, algorithm, config.rounds, config.clients_per_round, seed=config.seed, engine=config.engine,
+               lr=config.lr, local=LocalWork(**config.local), sampling=config.sampling, eval_every=config.eval_every,
+               per_client_metrics=config.per_client_metrics, extra_metrics=extra, eval_train=config.eval_train,
+               divergence_factor=config.divergence_factor, tol=config.tol, progress=progress)

@@ -59,12 +59,10 @@ def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
 def _setup(experiment_json: str):
     """(config, task, algorithm, local work, initial state) of an experiment, built once per process."""
     config = ExperimentConfig(**json.loads(experiment_json)).validate()
-    if not config.is_engine_run:
-        raise ConfigError(f"{config.algorithm} runs with its own full-batch solver, not on Flower")
     task = build_task(config)
     algorithm = make(config.algorithm, **config.hyperparameters)
     local = LocalWork(**config.local)
-    x0 = task.init_params(config.seed)
+    x0 = algorithm.initial_model(task, config.seed)
     return config, task, algorithm, local, x0
 
 
@@ -168,7 +166,8 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
     experiment = json.dumps(dataclasses.asdict(config))
     _, task, algorithm, local, x0 = _setup(experiment)
     schedule = Schedule(task, config.sampling, config.clients_per_round, local, config.seed, config.lr)
-    server = algorithm.init_server(task, x0)
+    initial = initial_state(task, algorithm, x0, local)
+    server = initial.server
     extra = {name: METRICS[name](task, config) for name in config.metrics}
     recorder = Recorder(task, extra, config.per_client_metrics, config.eval_train)
     comm = {"uploaded_floats": 0, "downloaded_floats": 0, "uploaded_bytes": 0, "downloaded_bytes": 0,
@@ -212,13 +211,13 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
             uploads = {name: torch.stack([uploads_by_client[i][name] for i in answered]).to(task.device)
                        for name in uploads_by_client[answered[0]]}
         else:  # an empty round's uploads (no rows), made here as in-process: the server step still runs
-            nobody = State(server, algorithm.init_clients(task, x0)).active(info.clients)
+            nobody = State(server, initial.clients).active(info.clients)
             uploads = client_work(task, algorithm, received, nobody, info, engine=config.engine, seed=config.seed,
                                   local=local)[1]
         server = algorithm.server_update(server, info, uploads)
         comm["uploaded_floats"] += floats(uploads)
         comm["downloaded_floats"] += len(messages) * floats(received)
-        return Watch(finite=bool(torch.isfinite(server.x).all()))
+        return algorithm.watch(task, State(server))  # (the server's part only: the clients' is theirs)
 
     def evaluated(r: int, compute_time: float) -> float | None:
         if not evaluate:  # the seconds alone
@@ -228,7 +227,7 @@ def serve(grid: Grid, config: ExperimentConfig, *, round_timeout: float = 300.0,
 
     status, diverged_round = run_rounds(config.rounds, play, evaluated, eval_every=config.eval_every,
                                         evaluate_start=evaluate, divergence_factor=config.divergence_factor,
-                                        name=algorithm.name)
+                                        tol=config.tol, name=algorithm.name)
     if lost and status == "ok":
         status = "partial"
         log.warning("%s: %d client(s) lost (%s): the run is partial", config.label or config.hash(), len(lost),

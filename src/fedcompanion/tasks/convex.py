@@ -95,6 +95,15 @@ class ClientBlocks:
         return cls(a, y, mask, sizes.to(**opts), task.weights.to(**opts), task.client_l2.to(**opts), task.loss,
                    sparse, task.nonconvex)
 
+    def select(self, clients: list[int]) -> ClientBlocks:
+        """The blocks of clients ``clients`` only (``self`` if they are all m, in order)."""
+        if clients == list(range(len(self.sizes))):
+            return self
+        a = self.a[clients]
+        return ClientBlocks(a, self.y[clients], self.mask[clients], self.sizes[clients], self.weights[clients],
+                            self.l2[clients], self.loss, None if self.sparse is None else block_diagonal(a),
+                            self.nonconvex)
+
     @functools.cached_property
     def regularised(self) -> bool:
         """Whether some client has mu_i != 0."""
@@ -175,11 +184,11 @@ class ClientBlocks:
     def lipschitz(self) -> torch.Tensor:
         """r_i = curvature bound * lambda_max(A_i^T A_i) / d_i + mu_i + 2 lambda, from the smaller Gram side
         (A_i A_i^T is d_i x d_i, A_i^T A_i is n x n; both have the same largest eigenvalue; 2 lambda bounds the
-        non-convex regulariser's curvature)."""
+        non-convex regulariser's curvature). Computed from A alone, whatever else has been computed (the same bits
+        however the blocks were used before)."""
         m, d, n = self.a.shape
         if n <= d:
-            gram = self.gram * self.sizes[:, None, None] if "gram" in self.__dict__ else \
-                torch.bmm(self.a.transpose(1, 2), self.a)
+            gram = torch.bmm(self.a.transpose(1, 2), self.a)
         else:
             gram = torch.bmm(self.a, self.a.transpose(1, 2))  # padding rows add zero eigenvalues only
         top = torch.linalg.eigvalsh(gram)[:, -1] / self.sizes

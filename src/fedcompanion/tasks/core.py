@@ -293,8 +293,12 @@ class Task:
 
     def client_blocks(self):
         """Every client's linear design as one zero-padded block (:class:`~.convex.ClientBlocks`): the ADMM
-        family's data. Raises ``NotImplementedError`` unless the model is linear with a least-squares or logistic
-        loss."""
+        family's data, built once per task (its values do not depend on what used it before). Raises
+        ``NotImplementedError`` unless the model is linear with a least-squares or logistic loss."""
+        return self._client_blocks
+
+    @functools.cached_property
+    def _client_blocks(self):
         from .convex import ClientBlocks
 
         return ClientBlocks.from_task(self)

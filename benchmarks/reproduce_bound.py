@@ -46,7 +46,7 @@ def run_flops(meta: dict, history_rounds: np.ndarray) -> float | None:
     """Flops of one cached engine run (None if its model is not a stack of Linear layers)."""
     fields = {k: v for k, v in meta["config"].items() if k != "code"}
     config = ExperimentConfig(**fields)
-    if not config.is_engine_run:
+    if make(config.algorithm, **config.hyperparameters).solves_exactly:  # no engine kernel runs
         return None
     task = build_task(config)
     macs = linear_macs(task.model)

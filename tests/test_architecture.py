@@ -94,8 +94,8 @@ def test_the_algorithms_never_import_the_tasks():
 
 
 def test_the_layer_reader_sees_an_upward_import():
-    # the driver imports the algorithms' base: were the driver below them, the test above would fail
-    assert "algorithms.base" in _imports("driver") and layer("algorithms.base") < layer("driver")
+    # the run's settings import the algorithms' base: were the settings below them, the test above would fail
+    assert "algorithms.base" in _imports("settings") and layer("algorithms.base") < layer("settings")
     assert "driver" in _imports("experiments.runner")
     # across folders: the report reads the claims (reproduction), the cache writes through infra
     assert layer("infra.atomic") < layer("experiments.cache") < layer("reproduction.report")

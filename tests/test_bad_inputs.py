@@ -186,7 +186,7 @@ CASES = [
     ("sigma list of the wrong length", lambda t: fc.run(t, fc.make("ceadmm", sigma=[1.0, 2.0]), 1),
      ConfigError, "sigma has 2 values but the task has 4 clients"),
     ("sampling for the ADMM family", lambda t: fc.run(t, fc.make("ceadmm"), 1, clients_per_round=2), ConfigError,
-     "clients_per_round does not apply to ceadmm"),
+     "ceadmm needs every client in every round"),
     ("tol for an engine algorithm", lambda t: fc.run(t, fc.make("fedavg"), 1, tol=1e-8), ConfigError,
      "tol stops a run on"),
     # ---- configs and sweeps
@@ -195,7 +195,8 @@ CASES = [
     ("hyperparameters not a dict", lambda t: _cfg(hyperparameters=[1]), ConfigError,
      "hyperparameters must be a dict"),
     ("unknown metric", lambda t: _cfg(metrics=["accuracy"]), ConfigError, "unknown metric 'accuracy'"),
-    ("tol for an engine algorithm", lambda t: _cfg(tol=1e-3), ConfigError, "tol applies to the ADMM family"),
+    ("tol for an engine algorithm", lambda t: _cfg(tol=1e-3), ConfigError,
+     "tol applies to an algorithm that reports a stationarity"),
     ("per_client_metrics not a bool", lambda t: _cfg(per_client_metrics="yes"), ConfigError,
      "per_client_metrics must be"),
     ("config device unknown", lambda t: _cfg(device="tpu"), ConfigError, "device must be"),

@@ -160,7 +160,7 @@ def test_a_damaged_shipped_mnist_file_is_named(tmp_path, monkeypatch):
 def test_a_run_stopped_by_its_tolerance_is_stored_and_served(tmp_path):
     """The ADMM family's status 'converged' (its stopping tolerance met) is a whole run: stored, then read back."""
     config = ExperimentConfig(task="least_squares", task_args=dict(num_clients=4, dim=3), algorithm="iceadmm",
-                              rounds=500, tol=1e-20)
+                              rounds=500, tol=1e-20, clients_per_round=None)
     first = sweep([config], tmp_path, jobs=1, progress=False)
     assert first.attrs["runs"].status.tolist() == ["converged"]
     assert first["round"].max() < 500

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import fedcompanion as fc
-from fedcompanion.engine.exact import exact_factor, train_exact
+from fedcompanion.engine.exact import train_exact
+from fedcompanion.linalg import exact_factor
 from fedcompanion.protocol import ExactSolve, LocalObjective
 from fedcompanion.tasks.convex import ClientBlocks
 

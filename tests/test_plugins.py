@@ -1,11 +1,13 @@
 """Every plug-in kind is registered the same way: ``fc.register_<kind>(name, entry)``, or ``@fc.register_<kind>(name)``
 as a decorator, checked by the kind's own rule; a user's model, loss and sampling, each in a file of its own, run from
 a YAML sweep file (its ``plugins:``) with jobs=2 and key their runs by their code."""
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -204,3 +206,34 @@ def test_a_sweep_files_plugins_are_checked():
     with pytest.raises(fc.ConfigError, match="list of Python files"):
         import_plugins({"plugins": "mymodel.py"}, Path("."))
     assert import_plugins({"plugins": ["json"], "rounds": 3}, Path(".")) == {"rounds": 3}
+
+
+def test_the_admm_family_runs_from_a_sweep_file_on_a_users_task_with_two_jobs(tmp_path):
+    """CEADMM, ICEADMM and LIADMM are ordinary algorithms: a YAML sweep file names them on a user's task (a linear
+    regression registered in a plugin file), ``fedcompanion run --jobs 2`` runs them in worker processes, and the
+    stored runs are what ``fc.run`` gives in this process (the same code path, bit for bit)."""
+    (tmp_path / "mytask.py").write_text(textwrap.dedent("""
+        import fedcompanion as fc
+
+
+        @fc.register_task("my-regression")
+        def my_regression(seed=0):
+            return fc.tasks.least_squares_task(num_clients=6, dim=4, seed=seed)
+        """))
+    (tmp_path / "sweep.yaml").write_text(textwrap.dedent("""
+        plugins: [mytask.py]
+        base: {task: my-regression, rounds: 12, clients_per_round: null, per_client_metrics: false, seed: 3}
+        grid:
+          algorithm: [ceadmm, iceadmm, liadmm]
+        """))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "fedcompanion.cli", "run", str(tmp_path / "sweep.yaml"), "--jobs",
+                           "2", "--results", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "3 run(s)" in done.stdout and done.stdout.count(" ok") == 3, done.stdout
+    task = fc.tasks.least_squares_task(num_clients=6, dim=4, seed=3)
+    stored = {json.loads(p.read_text())["config"]["algorithm"]: pd.read_csv(out / f"{p.stem}.csv.gz")
+              for p in out.glob("*.json")}
+    for name in ("ceadmm", "iceadmm", "liadmm"):
+        here = fc.run(task, fc.make(name), 12, seed=3, per_client_metrics=False).history
+        assert stored[name][["round", "metric", "value"]].equals(here[["round", "metric", "value"]]), name

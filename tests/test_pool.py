@@ -26,7 +26,7 @@ def _configs(seeds=(0, 1)):
     return [ExperimentConfig(algorithm=a, seed=s, **base, **hp) for s in seeds
             for a, hp in (("fedavg", {}), ("fedvra", {"hyperparameters": {"gamma": 0.5}}))] + \
         [ExperimentConfig(task="least_squares", task_args=dict(num_clients=6, dim=5), algorithm="iceadmm",
-                          hyperparameters=dict(k0=3), rounds=30, seed=s) for s in seeds]
+                          hyperparameters=dict(k0=3), rounds=30, seed=s, clients_per_round=None) for s in seeds]
 
 
 def _histories(frame: pd.DataFrame) -> dict:
@@ -57,7 +57,7 @@ def test_the_cluster_computes_what_the_local_pool_computes_bit_for_bit(client, t
 
 def test_a_worker_killed_mid_run_costs_only_that_run(client, tmp_path):
     slow = ExperimentConfig(task="least_squares", task_args=dict(num_clients=20, dim=30), algorithm="iceadmm",
-                            rounds=20000, eval_every=1000, seed=0)
+                            rounds=20000, eval_every=1000, seed=0, clients_per_round=None)
     done: dict = {}
     worker = threading.Thread(target=lambda: done.setdefault("frame", sweep(
         [slow], tmp_path / "dask", executor=client.get_executor(pure=False), progress=False)))

@@ -131,10 +131,10 @@ class Recorder(History):
         self.per_client_metrics, self.eval_train = per_client_metrics, eval_train
         self.split_sizes = task.client_sizes if task.client_test is None else task.client_test.sizes
 
-    def evaluate(self, r: int, x: torch.Tensor, recorded: dict, compute_time: float) -> float:
+    def evaluate(self, r: int, x: torch.Tensor, recorded: dict, compute_time: float) -> float | None:
         """Record round r's metrics of the global model x and the ``recorded`` values (the communication counts, the
         algorithm's diagnostics); returns the training loss (the test loss when the training data are not
-        evaluated)."""
+        evaluated; ``None`` without either)."""
         task = self.task
         values = {}
         losses = accs = None
@@ -157,7 +157,7 @@ class Recorder(History):
             self.rows.extend((r, i, "client_loss", v) for i, v in enumerate(losses.tolist()))
             if task.loss.labelled:
                 self.rows.extend((r, i, "client_accuracy", v) for i, v in enumerate(accs.tolist()))
-        return values["train_loss" if self.eval_train else "test_loss"]
+        return values.get("train_loss" if self.eval_train else "test_loss")
 
 
 def run_rounds(rounds: int, play: Callable[[int], Watch], evaluate: Callable[[int, float], float | None], *,
@@ -242,7 +242,8 @@ def run(
             algorithm whose ``watch`` reports one: the ADMM family; ``None``: run every round).
         eval_train: evaluate on every client's training data (``train_loss``, ``train_accuracy``, and the fairness
             metrics where the task has no held-out splits). ``False`` saves that pass (the one that dominates an
-            evaluation) for runs that need only the test metrics; divergence is then judged on the test loss.
+            evaluation) for runs that need only the test metrics (or, the ADMM family, their own records);
+            divergence is then judged on the test loss (and on the algorithm's own watched loss).
         device: run on this device (``"cpu"``, ``"cuda"``); default: where the task is.
         threads: torch threads for the run, restored after it; default: one for a model of at most
             :data:`~fedcompanion.infra.machine.SMALL_PROBLEM` parameters (as every run of a sweep), else torch's

@@ -36,3 +36,19 @@ def batched_cg(matvec, rhs: torch.Tensor, tol: float, max_iter: int, start: torc
         p = r + torch.where(live, rs_new / rs.clamp_min(1e-300), torch.zeros_like(rs))[:, None] * p
         rs = rs_new
     return x
+
+
+def exact_factor(b, scale: torch.Tensor, prox: torch.Tensor) -> torch.Tensor:
+    """The inverse of s_i (H_i + mu_i I) + rho_i I, [K, n, n] (least squares: factored once per run)."""
+    w = scale[:, None]
+    eye = torch.eye(b.a.shape[-1], dtype=b.a.dtype, device=b.a.device)
+    system = w[:, :, None] * (b.gram + b.l2[:, None, None] * eye) + prox[:, None, None] * eye
+    return torch.cholesky_inverse(torch.linalg.cholesky(system))
+
+
+def woodbury_factor(b, scale: torch.Tensor, prox: torch.Tensor, gram_r: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kappa_i, (rho_i I + kappa_i A_i A_i^T)^{-1}) with kappa_i = s_i / (d_i r_G): the Gram curvature's factor."""
+    c = scale / (b.sizes * gram_r)
+    eye = torch.eye(b.a.shape[1], dtype=b.a.dtype, device=b.a.device)
+    inner = prox[:, None, None] * eye + c[:, None, None] * torch.bmm(b.a, b.a_transposed)
+    return c, torch.cholesky_inverse(torch.linalg.cholesky(inner))

@@ -83,9 +83,8 @@ class LocalObjective:
         momentum, weight_decay: heavy-ball momentum mu and weight decay of the local SGD (torch.optim.SGD's
             form: b <- mu b + (grad h + wd x), x <- x - eta b); set by the run from ``LocalWork``.
         momentum_buffer: the buffers b at the start [K, P] (carried across rounds), or ``None`` for zero.
-        solve: how h_i is minimised: ``None``, ``steps`` steps of (mini-batch) SGD by the run's engine; an
-            :class:`ExactSolve`, exactly (or by one linearised step) by the exact kernel
-            (:mod:`fedcompanion.engine.exact`), whatever the engine.
+        solve: ``None``: ``steps`` steps of (mini-batch) SGD by the run's engine; an :class:`ExactSolve`: exactly,
+            or by one linearised step, whatever the engine.
     """
 
     start: torch.Tensor
@@ -116,28 +115,17 @@ class LocalObjective:
         return dataclasses.replace(self, **changes)
 
 
+LOCAL_SOLVERS = ("factored", "cg", "cg_warm")  # an exact least-squares solve: a cached factor, or CG (two kinds)
+
+
 @dataclass(frozen=True)
 class ExactSolve:
-    r"""A local objective to be minimised exactly, or by one step linearised at a declared point, instead of by SGD
-    (the ADMM family; :mod:`fedcompanion.engine.exact` does it for every engine). For the K active clients, of a
-    task whose model is linear (``task.client_blocks()``):
-
-    * ``method="exact"``: :math:`\arg\min_x h_i(x)`, by ``local_solver``: ``"factored"`` (least squares: the
-      system's inverse ``factor`` [K, n, n], computed once per run), ``"cg"`` (one Newton step by CG from zero, the
-      authors' code), ``"cg_warm"`` (CG from the start to 1e-8); otherwise (logistic, or the non-convex regulariser)
-      batched Newton-CG to a gradient norm of ``tol``.
-    * ``method="linearized_server"``: :math:`x = z - (s\nabla f(z) + c) / \rho` (f linearised at the anchor z,
-      whose gradient is ``gradient``).
-    * ``method="linearized_local"``: :math:`(s H + \rho I)(x - x^0) = \rho(z - x^0) - s\nabla f(x^0) - c` with
-      ``gradient`` the gradient at the start :math:`x^0` and H = ``curvature`` r I (``curvature="lipschitz"``) or
-      :math:`A^\top A/(d\,r_G)` (``"gram"``, solved through the Woodbury ``factor``, computed once per run).
-
-    Attributes:
-        method, local_solver, curvature, tol: as above.
-        gradient: [K, P] (the linearised methods), or ``None``.
-        curvature_scale: r_i [K] for ``curvature="lipschitz"``.
-        factor: the cached factor (a [K, ...] tensor, or a tuple of them), or ``None``.
-    """
+    """How a :class:`LocalObjective` is minimised when not by SGD (the ADMM family, on a linear model): ``method``
+    ``"exact"`` (by ``local_solver``, one of :data:`LOCAL_SOLVERS`, or Newton-CG to ``tol``), ``"linearized_server"``
+    (f linearised at the anchor, whose gradient is ``gradient``) or ``"linearized_local"`` (at the start, whose
+    gradient is ``gradient``, with curvature r_i = ``curvature_scale`` for ``curvature="lipschitz"`` or the Gram
+    matrix's through the Woodbury ``factor``); ``factor``: the cached factor where the solve uses one. The formulas:
+    :mod:`fedcompanion.engine.exact`, which does it whatever the engine."""
 
     method: str
     local_solver: str = "factored"
@@ -271,10 +259,8 @@ class ZeroRows(Sequence):
 
 
 class Rows(Sequence):
-    """N per-client entries held as one [N, ...] tensor (an algorithm whose every client works in every round, the
-    ADMM family): client i's entry is ``block[i]``; the active clients' entries are the block itself when every
-    client is active (no copy), and a new block replaces the old one in a round (``replaced``), so a round of N
-    clients costs no per-entry work."""
+    """N per-client entries held as one [N, ...] ``block`` (the ADMM family, whose every client works in every round):
+    a round of all N reads the block itself and replaces it whole, with no per-entry work."""
 
     def __init__(self, block: torch.Tensor):
         self.block = block
@@ -286,16 +272,15 @@ class Rows(Sequence):
         return self.block[i]
 
     def select(self, ids: list[int]) -> torch.Tensor:
-        """The entries of clients ``ids``, [K, ...]: the block itself if ``ids`` are all N in order."""
+        """The entries of clients ``ids``, [K, ...] (the block itself for all N in order)."""
         return self.block if ids == list(range(len(self.block))) else self.block[ids]
 
     def replaced(self, clients: list[int], values) -> Rows:
         """A new ``Rows`` with client ``clients[k]``'s entry set to ``values[k]`` (the old block is not changed)."""
-        if clients == list(range(len(self.block))) and isinstance(values, torch.Tensor):
+        values = values if isinstance(values, torch.Tensor) else torch.stack(list(values))
+        if clients == list(range(len(self.block))):
             return Rows(values)
-        block = self.block.clone()
-        block[clients] = values if isinstance(values, torch.Tensor) else torch.stack(list(values))
-        return Rows(block)
+        return Rows(self.block.index_put((torch.tensor(clients, dtype=torch.long),), values))
 
 
 def zero_rows(n: int, like: torch.Tensor) -> ZeroRows:
@@ -342,8 +327,7 @@ DIVERGENCE_FACTOR = 1e3  # a run whose loss exceeds this multiple of its initial
 
 
 class Watch(NamedTuple):
-    """What one round tells the driver's stopping rules (:func:`fedcompanion.driver.run_rounds`); an algorithm's
-    ``watch`` hook gives it (default: whether the global model is finite)."""
+    """What one round tells the driver's stopping rules (:func:`~fedcompanion.driver.run_rounds`): the ``watch``'s."""
 
     finite: bool = True  # the model is finite (else the run has diverged, and is not evaluated)
     loss: float | None = None  # a loss the round computed itself (the ADMM family's f(y)), judged for divergence

@@ -62,7 +62,7 @@ def check_run_arguments(task, algorithm, rounds, settings: RunSettings) -> None:
         check_device(settings.device)
     if not algorithm.solves_exactly:
         check_engine_task(task)
-    if settings.tol is not None and not algorithm.reports_stationarity():
+    if settings.tol is not None and not algorithm.has_own_watch():
         raise ConfigError(f"tol stops a run on a round's stationarity (||grad f||^2), which {algorithm.name}'s "
                           "rounds do not report; it applies to the ADMM family")
     if algorithm.every_client and (settings.clients_per_round not in (None, task.num_clients)
@@ -74,8 +74,9 @@ def check_run_arguments(task, algorithm, rounds, settings: RunSettings) -> None:
         raise ConfigError(f"local must be a fc.LocalWork(...), got {type(settings.local).__name__}")
     if not isinstance(settings.eval_train, bool):
         raise ConfigError(f"eval_train must be True or False, got {settings.eval_train!r}")
-    if not settings.eval_train and task.test is None:
-        raise ConfigError("eval_train=False needs a task with a test set (divergence is judged on the test loss)")
+    if not settings.eval_train and task.test is None and not algorithm.has_own_watch():
+        raise ConfigError("eval_train=False needs a task with a test set (divergence is judged on the test loss) or "
+                          "an algorithm that watches a loss of its own (the ADMM family)")
     init, extra_metrics = settings.init, settings.extra_metrics
     if init is not None:
         if not isinstance(init, torch.Tensor):

@@ -115,8 +115,9 @@ class Algorithm:
         return {}
 
     @classmethod
-    def reports_stationarity(cls) -> bool:
-        """Whether its ``watch`` reports a stationarity (what ``tol`` is judged against)."""
+    def has_own_watch(cls) -> bool:
+        """Whether it defines its own ``watch`` (the ADMM family's: a loss of its own, judged for divergence, and a
+        stationarity, judged against ``tol``)."""
         return cls.watch is not Algorithm.watch
 
 

@@ -74,8 +74,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.exact import LOCAL_SOLVERS, exact_factor, woodbury_factor
-from ..protocol import ExactSolve, LocalObjective, Rows, Watch
+from ..linalg import exact_factor, woodbury_factor
+from ..protocol import LOCAL_SOLVERS, ExactSolve, LocalObjective, Rows, Watch
 from ..validation import ConfigError, check_choice, check_number
 from .base import Algorithm, register
 
@@ -91,16 +91,6 @@ def default_penalties(blocks, k0: int, r: torch.Tensor) -> torch.Tensor:
 
 
 METRICS = ("objective_y", "objective_X", "lagrangian", "grad_sq_y", "step_sq", "comm_rounds")
-
-
-def client_blocks(task, clients=None):
-    """The task's client blocks (all, or ``clients``' only), or the reason the family cannot run on it."""
-    try:
-        b = task.client_blocks()
-    except NotImplementedError as exc:
-        raise ConfigError(f"the ADMM family needs a linear model with a least-squares or logistic loss: {exc}") \
-            from None
-    return b if clients is None else b.select(clients.tolist())
 
 
 @dataclass(frozen=True)
@@ -163,6 +153,15 @@ class ConsensusADMM(Algorithm):
             raise ConfigError(f"sigma has {len(self.sigma)} values but the task has {m} clients")
         return torch.as_tensor(self.sigma, dtype=torch.float64, device=r.device).expand(m).clone()
 
+    def _blocks(self, task, clients=None):
+        """The task's client blocks (all, or ``clients``' only), or the reason the algorithm cannot run on it."""
+        try:
+            b = task.client_blocks()
+        except NotImplementedError as exc:
+            raise ConfigError(f"{self.name} needs a linear model with a least-squares or logistic loss: {exc}") \
+                from None
+        return b if clients is None else b.select(clients.tolist())
+
     def _factored(self, b) -> bool:
         """Whether the exact solve is one product with a cached inverse (least squares, the factored solver)."""
         return self.solver == "exact" and b.loss.quadratic and not b.nonconvex and self.local_solver == "factored"
@@ -170,7 +169,7 @@ class ConsensusADMM(Algorithm):
     # ------------------------------------------------------------------ state
     def initial_model(self, task, seed: int) -> torch.Tensor:
         """x^0: zeros (the authors' start), or ``init_scale`` N(0, I) drawn with ``seed``; float64."""
-        n = client_blocks(task).a.shape[-1]
+        n = self._blocks(task).a.shape[-1]
         if self.init_scale:
             return self.init_scale * torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
         return torch.zeros(n, dtype=torch.float64)
@@ -180,7 +179,7 @@ class ConsensusADMM(Algorithm):
         the cached factors as client-state entries; the server holds the first y's numerator."""
         from ..protocol import State
 
-        b = client_blocks(task)
+        b = self._blocks(task)
         m, n = len(b.sizes), b.a.shape[-1]
         r = b.lipschitz()
         sigma = self.penalties(b, r)
@@ -210,7 +209,7 @@ class ConsensusADMM(Algorithm):
     def local_objective(self, task, received, clients, info) -> LocalObjective:
         """h_i = w_i f_i + <pi_i, x> + sigma_i/2 ||x - y||^2 from x_i (from y after a reset), with its solve; on a
         communication the clients evaluate f_i and grad f_i at the new y (the linearisation point after a reset)."""
-        b = client_blocks(task, info.clients)
+        b = self._blocks(task, info.clients)
         x, sigma = clients["x"], clients["sigma"]
         grad = clients["grad"]
         at_y = None
@@ -240,7 +239,7 @@ class ConsensusADMM(Algorithm):
         pi = clients["pi"] + sigma[:, None] * (x - y) if self.dual else clients["pi"]
         new = {"x": x, "pi": pi}
         if self.solver == "linearized_local":  # the next step linearises at x_i^{k+1}
-            new["f_x"], new["grad"] = self._evaluate_local(client_blocks(task, info.clients), x, pi)
+            new["f_x"], new["grad"] = self._evaluate_local(self._blocks(task, info.clients), x, pi)
         if objective.at_y is not None:
             new["y"], new["f_y"], new["g_y"] = y, *objective.at_y
         uploads = {"z": sigma[:, None] * x + pi} if (info.round + 1) % self.k0 == 0 else {}
@@ -272,7 +271,7 @@ class ConsensusADMM(Algorithm):
     def _at_y(self, task, state) -> tuple[float, float]:
         """(f(y), ||grad f(y)||^2) at the last broadcast y, from what the clients evaluated there (a server that holds
         no client state, Flower's, evaluates them itself)."""
-        b = client_blocks(task)
+        b = self._blocks(task)
         if "f_y" not in state.clients:
             f_i, g_i = b.evaluate(state.server.y.expand(len(b.sizes), -1))
         else:
@@ -290,7 +289,7 @@ class ConsensusADMM(Algorithm):
         ``comm_rounds``. Nothing before the first iteration (round 0), where y^{k+1} is not yet defined."""
         if previous is None:
             return {}
-        b, clients, server = client_blocks(task), state.clients, state.server
+        b, clients, server = self._blocks(task), state.clients, state.server
         x, pi, sigma = clients["x"].block, clients["pi"].block, clients["sigma"].block
         f_y, grad_sq_y = self._at_y(task, state)
         f_x = clients["f_x"].block if self.solver == "linearized_local" else self._evaluate_local(b, x, pi)[0]

@@ -72,7 +72,7 @@ class TwoBlock(Algorithm):
         self.inner = inner
         self.inner_hyperparameters = dict(inner_hyperparameters or {})
         self._inner = make(inner, **self.inner_hyperparameters)  # a hyperparameter object, never run state
-        if not isinstance(self._inner, Algorithm):
+        if self._inner.solves_exactly:  # its exact solves use the task's stored targets, not the assignments
             raise ConfigError(f"two_block's inner algorithm must run on the SGD engine, got {inner!r}")
         if self._inner.needs_probe:  # the probe and the initial losses would score the task's zero targets
             raise ConfigError(f"two_block's inner algorithm cannot be {inner!r}: it needs the losses at the global "

@@ -21,6 +21,9 @@ of batched tensor operations per solve:
   :math:`(\rho_i I + \kappa_i A_i A_i^\top)^{-1}`, :math:`\kappa_i = s_i/(d_i r_G)`:
   :math:`(\rho_i I + \kappa_i A_i^\top A_i)^{-1} = (I - \kappa_i A_i^\top(\rho_i I + \kappa_i A_i A_i^\top)^{-1}A_i)
   /\rho_i`.
+
+The cached factors are the algorithm's (client-state entries it computes once, with :func:`fedcompanion.linalg.
+exact_factor` and :func:`~fedcompanion.linalg.woodbury_factor`), handed over in the solve's ``factor``.
 """
 from __future__ import annotations
 
@@ -28,25 +31,6 @@ import torch
 
 from ..linalg import batched_cg, bmv
 from ..protocol import ExactSolve, LocalObjective
-
-METHODS = ("exact", "linearized_server", "linearized_local")
-LOCAL_SOLVERS = ("factored", "cg", "cg_warm")
-
-
-def exact_factor(b, scale: torch.Tensor, prox: torch.Tensor) -> torch.Tensor:
-    """The inverse of s_i (H_i + mu_i I) + rho_i I, [K, n, n] (least squares: factored once per run)."""
-    w = scale[:, None]
-    eye = torch.eye(b.a.shape[-1], dtype=b.a.dtype, device=b.a.device)
-    system = w[:, :, None] * (b.gram + b.l2[:, None, None] * eye) + prox[:, None, None] * eye
-    return torch.cholesky_inverse(torch.linalg.cholesky(system))
-
-
-def woodbury_factor(b, scale: torch.Tensor, prox: torch.Tensor, gram_r: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(kappa_i, (rho_i I + kappa_i A_i A_i^T)^{-1}) with kappa_i = s_i / (d_i r_G): the Gram curvature's factor."""
-    c = scale / (b.sizes * gram_r)
-    eye = torch.eye(b.a.shape[1], dtype=b.a.dtype, device=b.a.device)
-    inner = prox[:, None, None] * eye + c[:, None, None] * torch.bmm(b.a, b.a_transposed)
-    return c, torch.cholesky_inverse(torch.linalg.cholesky(inner))
 
 
 def train_exact(task, objective: LocalObjective, clients: torch.Tensor, **_) -> tuple[torch.Tensor, None]:

@@ -67,9 +67,10 @@ def test_tol_is_refused_for_an_algorithm_that_reports_no_stationarity(lsq):
 def test_the_admm_family_gives_the_same_numbers_on_every_engine_whatever_its_lr_and_local_work(lsq, name):
     """Its local objectives declare an exact (or linearised) solve, which the exact kernel does for every engine: the
     engine, the client step size and the local work do not change a bit of the run."""
-    base = fc.run(lsq, fc.make(name, k0=2) if name != "liadmm" else fc.make(name), 12)
+    hyperparameters = {} if name == "liadmm" else {"k0": 2}  # (LIADMM communicates every iteration)
+    base = fc.run(lsq, fc.make(name, **hyperparameters), 12)
     for kwargs in ({"engine": "loop"}, {"engine": "batched-products", "lr": 123.0, "local": fc.LocalWork(steps=7)}):
-        other = fc.run(lsq, fc.make(name, k0=2) if name != "liadmm" else fc.make(name), 12, **kwargs)
+        other = fc.run(lsq, fc.make(name, **hyperparameters), 12, **kwargs)
         assert torch.equal(base.params, other.params)
         assert base.history.equals(other.history)
 

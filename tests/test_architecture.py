@@ -7,8 +7,12 @@ rule, the claims and their evidence, figures, the report, the site, reproduce, v
 above it: infra imports nothing of the package's, the core never imports ``reproduction/``; only the public face
 (the package's ``__init__`` and its command line) may reach every folder. Within each folder, a module imports only
 modules of its own layer or a lower one; the engines and the algorithms never import each other (both meet in the
-protocol, and the driver stands above them); no module is longer than 400 lines."""
+protocol, and the driver stands above them); no two modules import each other, through any chain, not even lazily or
+for annotations only; no module is longer than 400 lines."""
 from __future__ import annotations
+
+import ast
+import graphlib
 
 import pytest
 
@@ -107,3 +111,49 @@ def test_no_module_over_400_lines(module):
     path = fingerprint.module_file(f"{fingerprint.PACKAGE}.{module}")
     lines = len(path.read_text().splitlines())
     assert lines <= 400, f"{path.relative_to(fingerprint.ROOT)} has {lines} lines"
+
+
+def every_import(module: str, source: str | None = None) -> set[str]:
+    """The package's modules that ``module`` names in any import statement of its source (``source``, or its file's):
+    at the top, inside a function (a lazy import) or under ``if TYPE_CHECKING`` alike."""
+    path = fingerprint.module_file(f"{fingerprint.PACKAGE}.{module}")
+    tree = ast.parse(source if source is not None else path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    known, out = set(_modules()), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            source_module = ".".join(p for p in (base, node.module) if p)
+            for alias in node.names:
+                candidate = f"{source_module}.{alias.name}".strip(".")
+                out.add(candidate if candidate in known else source_module)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            prefix = fingerprint.PACKAGE + "."
+            out |= {n.removeprefix(prefix) for n in names if n.startswith(prefix)}
+    return {m for m in out if m in known and m != module}
+
+
+def circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of ``graph`` (module -> the modules it imports), or None."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        return error.args[1]
+    return None
+
+
+def test_no_import_circle():
+    assert circle({m: every_import(m) for m in _modules()}) is None
+
+
+def test_the_circle_finder_sees_an_import_for_annotations_only():
+    """The circle this package once had: ``tasks/core.py`` imports ``tasks/convex.py`` lazily, and ``convex.py``
+    imported ``Task`` back under ``TYPE_CHECKING``; put back, it is found."""
+    graph = {m: every_import(m) for m in _modules()}
+    assert "tasks.convex" in graph["tasks.core"]  # the lazy import, inside a method
+    source = fingerprint.module_file(f"{fingerprint.PACKAGE}.tasks.convex").read_text()
+    graph["tasks.convex"] = every_import("tasks.convex", source + "\nif TYPE_CHECKING:\n    from .core import Task\n")
+    assert set(circle(graph)) == {"tasks.convex", "tasks.core"}

@@ -154,3 +154,29 @@ def test_rekey_refuses_an_option_or_unknown_revision(tmp_path):
     for bad in ("--lock", "no-such-revision-xyz"):  # --before=--lock once reached git and locked a worktree
         with pytest.raises(SystemExit, match="is not a"):
             rekey_module.main([f"--before={bad}", "--results", str(tmp_path)])
+
+
+def test_a_group_is_every_name_flag_and_zero_of_the_config_so_its_cheapest_run_takes_its_runs_branches():
+    """Runs that differ in a name, a flag or a number's zero-ness can take other branches of the code, so one of them
+    cannot vouch for the other: a convex 100-iteration CEADMM run for a non-convex one (the former grouping, by
+    algorithm, task, local solver and curvature only, put them together), momentum 0 for momentum 0.9, a task without
+    its bias for one with it. Runs that differ only in a seed, the rounds or a nonzero number (per-client penalties
+    differ by seed, element by element) share a group, so a re-key recomputes a handful of runs, not one per run."""
+    def meta(seed=0, rounds=100, **changes):
+        config = {"task": "least_squares", "task_args": {"num_clients": 4, "dim": 3, "nonconvex": 0.0, "bias": True},
+                  "algorithm": "ceadmm", "hyperparameters": {"k0": 5, "sigma": [0.5, 0.7, 0.9, 1.1]}, "rounds": rounds,
+                  "local": {"momentum": 0.0}, "seed": seed, "code": "abc", "files": {}}
+        for path, value in changes.items():
+            *parents, leaf = path.split("__")
+            node = config
+            for p in parents:
+                node = node[p]
+            node[leaf] = value
+        return {"config": config}
+
+    base = rekey_module.group_of(meta())
+    assert rekey_module.group_of(meta(seed=3, rounds=20000, hyperparameters__sigma=[2.0, 0.1, 3.0, 4.0],
+                                      hyperparameters__k0=10)) == base
+    for change in ({"task_args__nonconvex": 0.1}, {"local__momentum": 0.9}, {"task_args__bias": False},
+                   {"hyperparameters__sigma": [0.5, 0.0, 0.9, 1.1]}, {"algorithm": "iceadmm"}):
+        assert rekey_module.group_of(meta(**change)) != base, change

@@ -43,6 +43,19 @@ def check_engine_task(task) -> None:
                           "non-convex regulariser; the ADMM family (fc.make('ceadmm'), 'iceadmm', ...) does")
 
 
+def check_declared_needs(algorithm, clients_per_round, sampling, tol, num_clients: int | None = None) -> None:
+    """What an algorithm (an instance or its class) declares it needs, for :func:`fedcompanion.run` and a config alike:
+    a stationarity of its own for ``tol``, and every client in every round if it is ``every_client`` (with a task,
+    ``clients_per_round`` may also name all ``num_clients`` of them)."""
+    if tol is not None and not algorithm.has_own_watch():
+        raise ConfigError(f"tol stops a run on a round's stationarity (||grad f||^2), which {algorithm.name}'s "
+                          "rounds do not report; it applies to the ADMM family")
+    if algorithm.every_client and (clients_per_round not in (None, num_clients) or sampling not in ("uniform", "full")):
+        raise ConfigError(f"{algorithm.name} needs every client in every round (its server step sums every "
+                          f"client's upload): leave clients_per_round at None and sampling at 'uniform' or 'full', "
+                          f"got clients_per_round={clients_per_round!r}, sampling={sampling!r}")
+
+
 def check_run_arguments(task, algorithm, rounds, settings: RunSettings) -> None:
     """What every run is checked for (each number by its rule in :data:`~fedcompanion.validation.ARGUMENTS`), and
     what the algorithm declares it needs (every client in every round, a stationarity for ``tol``, an exact solve
@@ -62,14 +75,7 @@ def check_run_arguments(task, algorithm, rounds, settings: RunSettings) -> None:
         check_device(settings.device)
     if not algorithm.solves_exactly:
         check_engine_task(task)
-    if settings.tol is not None and not algorithm.has_own_watch():
-        raise ConfigError(f"tol stops a run on a round's stationarity (||grad f||^2), which {algorithm.name}'s "
-                          "rounds do not report; it applies to the ADMM family")
-    if algorithm.every_client and (settings.clients_per_round not in (None, task.num_clients)
-                                   or settings.sampling not in ("uniform", "full")):
-        raise ConfigError(f"{algorithm.name} needs every client in every round (its server step sums every "
-                          f"client's upload): leave clients_per_round at None and sampling at 'uniform' or 'full', "
-                          f"got clients_per_round={settings.clients_per_round!r}, sampling={settings.sampling!r}")
+    check_declared_needs(algorithm, settings.clients_per_round, settings.sampling, settings.tol, task.num_clients)
     if settings.local is not None and not isinstance(settings.local, LocalWork):
         raise ConfigError(f"local must be a fc.LocalWork(...), got {type(settings.local).__name__}")
     if not isinstance(settings.eval_train, bool):

@@ -201,10 +201,14 @@ class ConsensusADMM(Algorithm):
         return State(server, clients)
 
     # ------------------------------------------------------------------ one iteration
+    def _communicates(self, k: int) -> bool:
+        """Whether iteration k (counted from 0) communicates: k mod k0 = 0."""
+        return k % self.k0 == 0
+
     def broadcast(self, state) -> dict:
         """y = z / sum_i sigma_i when this iteration communicates (k mod k0 = 0), else nothing."""
         server = state.server
-        return {"y": server.z / server.sigma_sum} if server.k % self.k0 == 0 else {}
+        return {"y": server.z / server.sigma_sum} if self._communicates(server.k) else {}
 
     def local_objective(self, task, received, clients, info) -> LocalObjective:
         """h_i = w_i f_i + <pi_i, x> + sigma_i/2 ||x - y||^2 from x_i (from y after a reset), with its solve; on a
@@ -242,23 +246,24 @@ class ConsensusADMM(Algorithm):
             new["f_x"], new["grad"] = self._evaluate_local(self._blocks(task, info.clients), x, pi)
         if objective.at_y is not None:
             new["y"], new["f_y"], new["g_y"] = y, *objective.at_y
-        uploads = {"z": sigma[:, None] * x + pi} if (info.round + 1) % self.k0 == 0 else {}
+        uploads = {"z": sigma[:, None] * x + pi} if self._communicates(info.round + 1) else {}
         return new, uploads
 
     def server_update(self, server: ADMMServer, info, uploads) -> ADMMServer:
         """y when this iteration communicated (the y it broadcast), and the next y's numerator from the uploads."""
         y, x, comm = server.y, server.x, server.comm
-        if server.k % self.k0 == 0:
+        if self._communicates(server.k):
             y = server.z / server.sigma_sum
             x, comm = y.to(server.x.dtype), comm + 1
         z = uploads["z"].sum(0) if "z" in uploads else server.z
         return dataclasses.replace(server, x=x, y=y, z=z, k=server.k + 1, comm=comm)
 
     def _evaluate_local(self, b, x: torch.Tensor, pi: torch.Tensor):
-        """(f_i(x_i^{k+1}), grad f_i(x_i^{k+1})). After an exact least-squares step the optimality condition
-        w_i grad f_i(x_i^{k+1}) + pi_i^{k+1} = 0 gives the gradient for free, and with it the value
-        f_i = f^_i + e'(grad - mu_i x)/2 + mu_i ||x||^2/2, e = x - x^_i (see ``ClientBlocks.evaluate``)."""
-        if not (self.solver == "exact" and self.dual and b.uses_gram and not b.nonconvex):
+        """(f_i(x_i^{k+1}), grad f_i(x_i^{k+1})). After the factored least-squares solve (exact to rounding) the
+        optimality condition w_i grad f_i(x_i^{k+1}) + pi_i^{k+1} = 0 gives the gradient for free, and with it the
+        value f_i = f^_i + e'(grad - mu_i x)/2 + mu_i ||x||^2/2, e = x - x^_i (see ``ClientBlocks.evaluate``). A CG
+        solve meets that condition only up to its residual, so its iterate is evaluated on the data."""
+        if not (self._factored(b) and self.dual and b.uses_gram):
             return b.evaluate(x)
         grad = -pi / b.weights[:, None]
         e = x - b.anchor

@@ -27,6 +27,7 @@ from ..losses import LOSSES
 from ..models import MODELS
 from ..protocol import DIVERGENCE_FACTOR
 from ..registry import registry
+from ..settings import check_declared_needs
 from ..tasks import TASKS, is_partitioned, linear_design, task_digest
 from ..validation import ConfigError, check_argument, check_choice, check_device
 
@@ -216,14 +217,9 @@ class ExperimentConfig:
         check_argument("clients_per_round", self.clients_per_round)
         check_argument("tol", self.tol)
         cls = REGISTRY.lookup(self.algorithm)
-        if self.tol is not None and not cls.has_own_watch():
-            raise ConfigError(f"tol applies to an algorithm that reports a stationarity (the ADMM family), not to "
-                              f"{self.algorithm}")
         if cls.linear_only:
             self._check_convex_task()
-        if cls.every_client and self.clients_per_round is not None:
-            raise ConfigError(f"{self.algorithm} needs every client in every round: clients_per_round must be None, "
-                              f"got {self.clients_per_round}")
+        check_declared_needs(cls, self.clients_per_round, self.sampling, self.tol)
         return self
 
     def _check_convex_task(self) -> None:

@@ -8,8 +8,8 @@ where no number can change. Recomputing them all costs hours; taking the new key
 *does* move numbers keep its old results. This command does neither. For every stored run that the code at ``REV``
 made (its key was current there) and whose key the code as it is now computes differently, it
 
-1. groups the runs by what decides their code path (algorithm, task, dataset, partition, engine, metrics, the local
-   optimiser's momentum, the evaluation's scope);
+1. groups the runs by what decides their code path (:func:`group_of`: every name and flag of their configs, and
+   each number's zero-ness);
 2. recomputes each group's cheapest run twice on this machine, under ``REV`` (a git worktree of it) and under the
    code as it is now, both with the sweeps' thread count, side by side;
 3. carries the runs of every group whose two histories (and statuses) are bit-identical: their files are renamed to
@@ -74,16 +74,29 @@ def _python(src: Path, code: str, *args: str, background: bool = False):
     return subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
 
 
+def _path_part(value):
+    """What of a config value can switch a run's code path: a number only by being zero or not (``if momentum:``), a
+    list of numbers element by element like a number (per-client penalties, layer widths: their values differ from
+    seed to seed, their zero-ness is what a branch can test), a mapping entry by entry, anything else (a name, a flag,
+    ``None``) as it is."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return value == 0
+    if isinstance(value, dict):
+        return tuple((k, _path_part(v)) for k, v in sorted(value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_path_part(v) for v in value)
+    return repr(value)
+
+
 def group_of(meta: dict) -> tuple:
-    """What decides a run's code path: algorithm, task, dataset, partition, engine, metrics, momentum, full batch or
-    mini-batches, scope, the ADMM family's local solver and curvature."""
-    c = meta["config"]
-    args = c.get("task_args", {})
-    local = c.get("local") or {}
-    return (c["algorithm"], c["task"], args.get("dataset"), args.get("partition_scheme"), c.get("engine"),
-            tuple(c.get("metrics", [])), bool(local.get("momentum")), "batch_size" in local and
-            local["batch_size"] is None, c.get("eval_train"), c.get("per_client_metrics"),
-            c.get("hyperparameters", {}).get("local_solver"), c.get("hyperparameters", {}).get("curvature"))
+    """What decides a run's code path: every field of its config but the seed and the code's and data's digests,
+    each by :func:`_path_part` (so the algorithm, the task, the engine, the local solver and every other name or flag
+    as it is, and each number by its zero-ness). A group's cheapest run then takes every branch its other runs take,
+    as far as a name, a flag or a zero decides it (the rounds, a number, decide none)."""
+    fields = {k: v for k, v in meta["config"].items() if k not in ("seed", "code", "files", "data")}
+    return _path_part(fields)
 
 
 def _cost(meta: dict) -> float:
@@ -245,7 +258,9 @@ def rekey(results: Path, before: Path, tmp: Path) -> int:
         a, b = (pd.read_csv(tmp / name / f"{i}.csv.gz") for name in ("before", "now"))
         same = compare(a, b) == 0 and statuses["before"][i] == statuses["now"][i]
         committed = read_history(results / f"{Path(samples[i]['_file']).stem}.csv.gz", samples[i]["history"])
-        label = " ".join(str(g) for g in group[:5] if g is not None)
+        c = runs[0]["config"]
+        label = " ".join(str(g) for g in (c["algorithm"], c["task"], c.get("task_args", {}).get("dataset"),
+                                          c.get("engine")) if g is not None)
         if same:
             carried += runs
         failed += not same

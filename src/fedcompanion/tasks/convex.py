@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -21,13 +20,10 @@ from torch import nn
 from ..linalg import bmv
 from ..losses import SATURATING_SQUARE
 
-if TYPE_CHECKING:
-    from .core import Task
 
-
-def linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows of the design matrix (with a bias column if the model has one), targets, and per-row weight
-    w_i / n_i; float64 on the task's device."""
+def linear_design(task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A task's (:class:`~fedcompanion.tasks.core.Task`) rows of the design matrix (with a bias column if the model
+    has one), targets, and per-row weight w_i / n_i; float64 on the task's device."""
     layers = [m for m in task.model.modules() if isinstance(m, nn.Linear)]
     if len(layers) != 1 or layers[0].out_features != 1 or not task.loss.linear:
         raise NotImplementedError(f"task {task.name!r} is not convex (this needs a linear model with a "
@@ -39,9 +35,10 @@ def linear_design(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return a, task.y_all.double(), row_w.to(a.device)
 
 
-def convex_optimum(task: Task, tol: float = 1e-13, max_iter: int = 100) -> tuple[torch.Tensor, float]:
-    """Newton's method on F(x) = sum_j c_j phi(a_j^T x, y_j) + sum_i w_i mu_i/2 ||x||^2 (one step for least
-    squares, where phi is quadratic)."""
+def convex_optimum(task, tol: float = 1e-13, max_iter: int = 100) -> tuple[torch.Tensor, float]:
+    """A task's (:class:`~fedcompanion.tasks.core.Task`) optimum, by Newton's method on
+    F(x) = sum_j c_j phi(a_j^T x, y_j) + sum_i w_i mu_i/2 ||x||^2 (one step for least squares, where phi is quadratic).
+    The task comes as an argument, never imported: ``tasks/core.py`` imports this module (lazily), not the reverse."""
     a, y, row_w = linear_design(task)
     mu = float(task.weights.double() @ task.client_l2)  # sum_i w_i mu_i
     eye = torch.eye(a.shape[1], dtype=a.dtype, device=a.device)

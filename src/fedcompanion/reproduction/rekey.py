@@ -254,7 +254,7 @@ def rekey(results: Path, before: Path, tmp: Path) -> int:
             return 1
     statuses = {name: json.loads((tmp / name / "statuses.json").read_text()) for name in outputs}
     failed, carried = 0, []
-    for i, (group, runs) in enumerate(groups.items()):
+    for i, runs in enumerate(groups.values()):
         a, b = (pd.read_csv(tmp / name / f"{i}.csv.gz") for name in ("before", "now"))
         same = compare(a, b) == 0 and statuses["before"][i] == statuses["now"][i]
         committed = read_history(results / f"{Path(samples[i]['_file']).stem}.csv.gz", samples[i]["history"])

@@ -280,13 +280,11 @@ def simulate(configs: ExperimentConfig | list[ExperimentConfig], *, evaluate: bo
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     nodes = sizes.pop()
 
-    def once() -> list:
-        sink: list = []
+    def once(sink: list) -> None:
         run_simulation(server_app=server_app(configs, sink, evaluate), client_app=client_app(), num_supernodes=nodes,
                        backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
                                        "init_args": {"include_dashboard": False}},
                        verbose_logging=verbose)
-        return sink
 
     sink = until_results(once)
     if len(sink) != len(configs):
@@ -298,17 +296,26 @@ START_ATTEMPTS = 3  # Ray waits a fixed 30 s for its node to start: a busy lapto
 
 
 def until_results(once, attempts: int = START_ATTEMPTS) -> list:
-    """``once()`` (one simulation, returning its results) again, up to ``attempts`` times, while it returns nothing:
-    Ray's start-up timed out on a busy machine (Flower logs the error and returns). A simulation that returned some
-    results failed after Ray started: it is not run again."""
+    """``once(sink)`` (one simulation, appending its results to ``sink``) again, with a new sink, up to ``attempts``
+    times, while it ends with nothing in the sink: Ray's start-up timed out on a busy machine, and Flower either logs
+    the error and returns or raises it ("Simulation Runtime crashed"). A simulation that gave some results before it
+    ended or failed ran after Ray started: it is not run again, and its error, if any, is raised."""
     for attempt in range(1, attempts + 1):
-        results = once()
-        if results or attempt == attempts:
-            return results
+        sink: list = []
+        try:
+            once(sink)
+        except Exception as error:
+            if sink or attempt == attempts:
+                raise
+            why = f"it failed before any result ({type(error).__name__}: {error})"
+        else:
+            if sink or attempt == attempts:
+                return sink
+            why = "it returned nothing"
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
-        logging.getLogger(__name__).warning("the Flower simulation returned nothing (Ray's start-up timed out on a "
-                                            "busy machine?): attempt %d of %d", attempt + 1, attempts)
+        logging.getLogger(__name__).warning("the Flower simulation is started again, %s (Ray's start-up timed out on "
+                                            "a busy machine?): attempt %d of %d", why, attempt + 1, attempts)
     return []

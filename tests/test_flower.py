@@ -265,7 +265,7 @@ def test_stopping_the_loopback_script_stops_every_flower_process_and_frees_its_p
 
 def test_a_simulation_that_ends_with_no_result_is_started_again_and_one_that_gave_some_is_not():
     """Issue 61: Ray waits a fixed 30 s for its node; on a loaded machine the simulation returned nothing and the test
-    failed. `until_results` starts it again (up to 3 times), never after it gave some results. Flower 1.2x raises
+    failed. `until_results` starts it again (up to 3 times), never after it gave some results. Flower 1.42 raises
     instead of returning when Ray's node times out (seen in CI on a 2-core AMD EPYC): a failure before any result is
     started again too, one after a result is raised."""
     from fedcompanion.flower.core import until_results

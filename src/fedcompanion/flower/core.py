@@ -302,20 +302,21 @@ def until_results(once, attempts: int = START_ATTEMPTS) -> list:
     ended or failed ran after Ray started: it is not run again, and its error, if any, is raised."""
     for attempt in range(1, attempts + 1):
         sink: list = []
+        error = None
         try:
             once(sink)
-        except Exception as error:
-            if sink or attempt == attempts:
-                raise
-            why = f"it failed before any result ({type(error).__name__}: {error})"
-        else:
-            if sink or attempt == attempts:
-                return sink
-            why = "it returned nothing"
+        except Exception as raised:
+            error = raised
+        if sink or attempt == attempts:
+            if error is not None:
+                raise error
+            return sink
+        why = ("it returned nothing" if error is None
+               else f"it failed before any result ({type(error).__name__}: {error})")
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
         logging.getLogger(__name__).warning("the Flower simulation is started again, %s (Ray's start-up timed out on "
                                             "a busy machine?): attempt %d of %d", why, attempt + 1, attempts)
-    return []
+    raise ValueError(f"attempts must be at least 1, got {attempts}")

@@ -34,9 +34,12 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -m "not notebook"
 
 # The fast tier for the inner loop (about 5 minutes on 2 cores): the unit tests without the notebooks, Flower and the
-# few unit tests over 10 s (marked slow); `make test` runs them all.
+# few unit tests over 10 s (marked slow), one pytest worker per core (pytest-xdist; an idle worker takes tests from a
+# busy one), each with one thread as in `make test`'s units lane; `make test` runs them all. CHECK_JOBS=1: one process.
+CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 check: $(STAMP)
-	$(BIN)/pytest -q -m "not notebook and not flower and not slow"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+	  $(BIN)/pytest -q -n $(CHECK_JOBS) --dist worksteal -m "not notebook and not flower and not slow"
 
 reproduce: $(STAMP)
 	$(BIN)/python -m fedcompanion.reproduction.reproduce --profile paper

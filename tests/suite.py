@@ -31,7 +31,7 @@ ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPEN
 LANES = {
     "notebooks": ({}, [
         [*PYTEST, "-m", "notebook"],
-        [*PYTEST, "tests/test_site.py"],
+        ({"FEDCOMPANION_SITE_REQUIRED": "1"}, [*PYTEST, "tests/test_site.py"]),
         [sys.executable, "tests/nbval_parallel.py", "build/executed"],
         (ONE_THREAD, [sys.executable, "-m", "fedcompanion.reproduction.verify", "--subset", "smoke"]),
     ]),

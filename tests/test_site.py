@@ -13,19 +13,27 @@ from fedcompanion.reproduction.reproduce import ROOT
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
+    """The site built from the executed notebooks into a folder of this test session's own. The build's working
+    folders (``build/site-notebooks``, ``build/site-src``) are shared, so a lock keeps two pytest-xdist workers
+    (`make check`) from building at the same time."""
+    import fcntl
+
     from fedcompanion.reproduction.reproduce import notebooks
     from fedcompanion.reproduction.site import build, executed_notebooks
 
-    gathered = executed_notebooks()
-    missing = [str(nb.relative_to(ROOT / "notebooks")) for nb in notebooks()
-               if gathered is None or not (gathered / nb.relative_to(ROOT / "notebooks")).exists()]
-    if missing:  # e.g. `make check` after `reproduce --only ONE`: a site of some pages is not the site under test
-        why = f"{len(missing)} notebooks have no executed copy (the notebook tests write them), e.g. {missing[0]}"
-        if os.environ.get("FEDCOMPANION_SITE_REQUIRED"):  # `make test`'s lane, right after the notebooks ran
-            pytest.fail(why)
-        pytest.skip(why)
-    folder = tmp_path_factory.mktemp("site") / "html"
-    build(folder)
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / ".site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        gathered = executed_notebooks()
+        missing = [str(nb.relative_to(ROOT / "notebooks")) for nb in notebooks()
+                   if gathered is None or not (gathered / nb.relative_to(ROOT / "notebooks")).exists()]
+        if missing:  # e.g. `make check` after `reproduce --only ONE`: a site of some pages is not the site under test
+            why = f"{len(missing)} notebooks have no executed copy (the notebook tests write them), e.g. {missing[0]}"
+            if os.environ.get("FEDCOMPANION_SITE_REQUIRED"):  # `make test`'s lane, right after the notebooks ran
+                pytest.fail(why)
+            pytest.skip(why)
+        folder = tmp_path_factory.mktemp("site") / "html"
+        build(folder)
     return folder
 
 

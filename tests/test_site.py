@@ -18,17 +18,17 @@ def site(tmp_path_factory):
     (`make check`) from building at the same time."""
     import fcntl
 
-    from fedcompanion.reproduction.reproduce import notebooks
-    from fedcompanion.reproduction.site import build, executed_notebooks
+    from fedcompanion.reproduction.site import build, executed_notebooks, without_copy
 
     (ROOT / "build").mkdir(exist_ok=True)
     with open(ROOT / "build" / ".site-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         gathered = executed_notebooks()
-        missing = [str(nb.relative_to(ROOT / "notebooks")) for nb in notebooks()
-                   if gathered is None or not (gathered / nb.relative_to(ROOT / "notebooks")).exists()]
-        if missing:  # e.g. `make check` after `reproduce --only ONE`: a site of some pages is not the site under test
-            why = f"{len(missing)} notebooks have no executed copy (the notebook tests write them), e.g. {missing[0]}"
+        missing = without_copy(gathered) if gathered is not None else None
+        if missing != []:  # e.g. `make check` after `reproduce --only ONE`: a site of some pages is not the one tested
+            why = ("no executed notebook" if missing is None else
+                   f"{len(missing)} notebooks have no executed copy, e.g. {missing[0]}")
+            why += " (the notebook tests write them)"
             if os.environ.get("FEDCOMPANION_SITE_REQUIRED"):  # `make test`'s lane, right after the notebooks ran
                 pytest.fail(why)
             pytest.skip(why)

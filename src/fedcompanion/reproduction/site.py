@@ -238,14 +238,18 @@ def failed(path: Path) -> bool:
                or any(o.get("output_type") == "error" for o in c.get("outputs", [])) for c in cells)
 
 
-def without_paper_copy(build: Path = ROOT / "build") -> list[str]:
-    """The notebooks (their names under ``notebooks/``) with no paper-profile copy in ``build/reproduce``, or a copy
-    that failed (:func:`failed`)."""
+def without_copy(folder: Path) -> list[str]:
+    """The notebooks (their names under ``notebooks/``) with no executed copy in ``folder``, or a copy that failed
+    (:func:`failed`)."""
     from .reproduce import notebooks
 
     names = [p.relative_to(ROOT / "notebooks") for p in notebooks()]
-    return [n.with_suffix("").as_posix() for n in names
-            if not (build / "reproduce" / n).exists() or failed(build / "reproduce" / n)]
+    return [n.with_suffix("").as_posix() for n in names if not (folder / n).exists() or failed(folder / n)]
+
+
+def without_paper_copy(build: Path = ROOT / "build") -> list[str]:
+    """The notebooks with no paper-profile copy in ``build/reproduce``, or a copy that failed (:func:`without_copy`)."""
+    return without_copy(build / "reproduce")
 
 
 def main(argv: list[str] | None = None) -> int:

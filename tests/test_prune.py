@@ -51,6 +51,21 @@ def test_a_summary_without_its_read_runs_stops_the_pruning(tmp_path, capsys):
     assert "execute those notebooks again" in capsys.readouterr().err
 
 
+def test_runs_a_summary_lists_from_another_folder_are_named_by_notebook_and_kept(tmp_path, capsys):
+    """91_your_own_problem reads its runs from build/your-own-results and records its summary in results/: the
+    warning names the notebook and that folder (it once said only "another results folder?"), and nothing of it is
+    pruned. Wrong: a warning naming no notebook, or a prune that counts those runs as orphans."""
+    elsewhere = tmp_path / "elsewhere"
+    sweep([_config(0.3)], elsewhere, jobs=1, progress=False)
+    sweep([_config(0.1)], tmp_path, jobs=1, progress=False)
+    record("91_your_own_problem", "Your own problem", [_claim()], tmp_path, "paper")
+    assert main(["--results", str(tmp_path), "--delete", "--min-age", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "list 1 runs that are not stored in" in err, err
+    assert "91_your_own_problem: 1, stored in build/your-own-results" in err, err
+    assert (tmp_path / f"{_config(0.1).hash()}.json").exists()
+
+
 # ------------------------------------------------------------------------------ what prune cannot know (fourth pass)
 def test_without_summaries_prune_deletes_nothing(tmp_path, capsys):
     """A `fedcompanion run` folder, a copy without summaries/, an empty summaries/: every run would look like an

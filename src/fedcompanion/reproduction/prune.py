@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SUFFIXES = (".json", ".csv.gz", ".pt")  # one stored run's files (cache.store), the record first
 RUN_NAME = re.compile(r"[0-9a-f]{16}")  # a run's files are named by its key's hash (experiments.config.key_hash)
 MIN_AGE_HOURS = 6.0
+ELSEWHERE = {"91_your_own_problem": "build/your-own-results"}  # notebooks that store their runs in another folder
 JOURNAL = ".rekey-journal.json"  # written by rekey while it moves runs (fedcompanion.reproduction.rekey)
 
 
@@ -59,6 +60,11 @@ def stored_runs(results: Path) -> dict[str, list[Path]]:
 def read_hashes(results: Path) -> set[str]:
     """The hashes of the runs the notebooks' summaries list as read; ``ValueError`` where that cannot be known (no
     summary, a summary that does not record them, a damaged summary, an interrupted rekey)."""
+    return {h for hashes in read_by_notebook(results).values() for h in hashes}
+
+
+def read_by_notebook(results: Path) -> dict[str, set[str]]:
+    """Each notebook summary's name -> the hashes of the runs it lists as read (:func:`read_hashes`, by notebook)."""
     if not results.is_dir():
         raise ValueError(f"{results} is not a folder: give the results folder (--results)")
     if (results / JOURNAL).exists():
@@ -72,7 +78,10 @@ def read_hashes(results: Path) -> set[str]:
     if unrecorded:
         raise ValueError(f"the summaries of {unrecorded} do not list the runs they read: execute those notebooks "
                          "again (python -m fedcompanion.reproduction.reproduce --only NAME) before pruning")
-    return {h for s in summaries for h in s.runs_read}
+    by_notebook: dict[str, set[str]] = {}
+    for summary in summaries:
+        by_notebook.setdefault(summary.notebook, set()).update(summary.runs_read)
+    return by_notebook
 
 
 def orphans(results: Path, min_age_hours: float = MIN_AGE_HOURS, read: set[str] | None = None) -> list[str]:
@@ -111,20 +120,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.min_age >= 0:
         parser.error(f"--min-age must be >= 0 hours, got {args.min_age}")
     try:
-        read = read_hashes(args.results)
+        by_notebook = read_by_notebook(args.results)
+        read = {h for hashes in by_notebook.values() for h in hashes}
         found = orphans(args.results, args.min_age, read)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     runs = stored_runs(args.results)
     young = sum(1 for h in runs if h not in read and h not in found)
-    missing = len(read - set(runs))
+    missing = {name: len(hashes - set(runs)) for name, hashes in sorted(by_notebook.items()) if hashes - set(runs)}
     size = sum(p.stat().st_size for h in found for p in runs[h])
     print(f"{len(found)} of {len(runs)} stored runs are read by no notebook ({size / 1e6:.1f} MB)")
     if young:
         print(f"{young} more no summary lists are younger than {args.min_age:g} h and kept (a notebook may be running)")
     if missing:
-        print(f"warning: the summaries list {missing} runs that are not stored here (another results folder?)",
+        listed = "; ".join(f"{name}: {n}" + (f", stored in {ELSEWHERE[name]}" if name in ELSEWHERE else "")
+                           for name, n in missing.items())
+        print(f"warning: the summaries list {sum(missing.values())} runs that are not stored in {args.results} "
+              f"({listed}); runs a notebook keeps in another results folder are never pruned from here",
               file=sys.stderr)
     if args.delete:
         print(f"removed {delete(args.results, found)} files")

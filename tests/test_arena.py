@@ -114,6 +114,7 @@ def test_bad_names_and_seeds_are_refused_by_name():
         arena.run_arena(["qsar"], ["FedAvg"], arena.Plan(seeds=(0, 1), tune_seeds=(1, 2)), "build/never")
 
 
+@pytest.mark.slow
 def test_a_small_arena_end_to_end_is_plain_json_and_a_report_section(tmp_path):
     plan = arena.Plan(rounds=2, seeds=(0, 1), eval_every=1)
     out = arena.run_arena(["qsar"], ["FedAvg", "FedProx"], plan, tmp_path, jobs=1)

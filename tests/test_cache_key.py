@@ -103,6 +103,7 @@ def test_adding_an_engine_a_task_or_a_partition_invalidates_no_committed_run(com
     assert valid == total
 
 
+@pytest.mark.slow
 def test_a_reworded_error_message_leaves_every_committed_run_valid(committed, scratch):
     """Issue 47: a message in validation.py (every run's validation reads it) used to invalidate every run."""
     valid, total = _still_valid(committed, scratch, "validation.py", 'must be a finite number, got {value!r}',
@@ -335,6 +336,7 @@ def test_a_script_without_a_main_guard_is_refused_before_it_starts_workers(tmp_p
     assert not list((tmp_path / "out").glob("*.json"))
 
 
+@pytest.mark.slow
 def test_a_main_scripts_algorithm_task_and_metric_reach_two_workers(tmp_path):
     """Issue 47 group 3: definitions in a guarded main script failed with jobs=2 ("no verified result ... stored
     under [...], the sweep looks for [...]": the workers computed other keys). They run, and a second sweep in a new
@@ -376,6 +378,7 @@ def test_a_main_scripts_algorithm_task_and_metric_reach_two_workers(tmp_path):
         assert done.stdout.strip().splitlines()[-1] == "['ok', 'ok', 'ok'] 3", done.stdout
 
 
+@pytest.mark.slow
 def test_a_users_model_runs_from_a_sweep_with_two_jobs_and_its_code_is_in_the_key(tmp_path):
     """A model registered in a user's file (``fc.register_model``) runs from a config with jobs=2; a new process
     finds its runs cached; an edit of the model's code changes their key (the registry is opaque to the fingerprint,

@@ -36,6 +36,7 @@ def test_reaches_the_least_squares_optimum(lsq32, name, k0):
     assert float((r.params - x_star).norm() / x_star.norm()) < 1e-6
 
 
+@pytest.mark.slow
 def test_reaches_the_logistic_optimum(qsar8):
     x_star, f_star = qsar8.optimum
     r = fc.run(qsar8, fc.make("ceadmm", k0=2), 400, eval_every=50)

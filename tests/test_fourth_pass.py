@@ -173,6 +173,7 @@ def test_a_fully_cached_sweep_reads_a_read_only_folder(tmp_path, monkeypatch):
         sweep([dataclasses.replace(config, seed=1)], tmp_path, jobs=1, progress=False)
 
 
+@pytest.mark.slow
 def test_sigterm_of_verify_leaves_no_temporary_folder(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     process = subprocess.Popen([sys.executable, "-m", "fedcompanion.reproduction.verify", "--subset", "smoke"], env=env,

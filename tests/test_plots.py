@@ -6,6 +6,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 from fedcompanion.reproduction.plots import curves, method_palette  # noqa: E402
 
@@ -35,6 +36,7 @@ def test_curves_emphasise_the_papers_method_and_tick_whole_rounds():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_the_verdict_figures_have_no_text_over_text_and_read_at_page_width():
     """The report's verdict figures (each paper's chart and forest), from the committed summaries: no title, label,
     tick label, verdict word or legend entry drawn over another (matplotlib's bounding boxes), and every text at least

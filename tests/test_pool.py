@@ -44,6 +44,7 @@ def client():
         yield client
 
 
+@pytest.mark.slow
 def test_the_cluster_computes_what_the_local_pool_computes_bit_for_bit(client, tmp_path, monkeypatch):
     local = _histories(sweep(_configs(), tmp_path / "local", jobs=2, progress=False))
     given = _histories(sweep(_configs()[::-1], tmp_path / "given", executor=client.get_executor(pure=False),
@@ -55,6 +56,7 @@ def test_the_cluster_computes_what_the_local_pool_computes_bit_for_bit(client, t
     assert not any(other[h].equals(local[g]) for h in other for g in local)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_costs_only_that_run(client, tmp_path):
     slow = ExperimentConfig(task="least_squares", task_args=dict(num_clients=20, dim=30), algorithm="iceadmm",
                             rounds=20000, eval_every=1000, seed=0, clients_per_round=None)

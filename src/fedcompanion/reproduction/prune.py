@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--min-age must be >= 0 hours, got {args.min_age}")
     try:
         by_notebook = read_by_notebook(args.results)
-        read = {h for hashes in by_notebook.values() for h in hashes}
+        read = set().union(*by_notebook.values())
         found = orphans(args.results, args.min_age, read)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         listed = "; ".join(f"{name}: {n}" + (f", stored in {ELSEWHERE[name]}" if name in ELSEWHERE else "")
                            for name, n in missing.items())
-        print(f"warning: the summaries list {sum(missing.values())} runs that are not stored in {args.results} "
+        print(f"warning: the summaries list {len(read - set(runs))} runs that are not stored in {args.results} "
               f"({listed}); runs a notebook keeps in another results folder are never pruned from here",
               file=sys.stderr)
     if args.delete:

@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import json
 import logging
+import logging.handlers
 import os
 import time
 from pathlib import Path
@@ -299,15 +300,25 @@ def until_results(once, attempts: int = START_ATTEMPTS) -> list:
     """``once(sink)`` (one simulation, appending its results to ``sink``) again, with a new sink, up to ``attempts``
     times, while it ends with nothing in the sink: Ray's start-up timed out on a busy machine, and Flower either logs
     the error and returns or raises it ("Simulation Runtime crashed"). A simulation that gave some results before it
-    ended or failed ran after Ray started: it is not run again, and its error, if any, is raised."""
+    ended or failed ran after Ray started: it is not run again, and its error, if any, is raised. Flower's log of an
+    attempt that is started again is dropped (its tracebacks of Ray's start-up, the builder's paths in them, would
+    otherwise show in a notebook's page); our warning says why it was started again."""
+    flwr_log = logging.getLogger("flwr")
     for attempt in range(1, attempts + 1):
         sink: list = []
         error = None
+        held = logging.handlers.BufferingHandler(capacity=1 << 30)  # Flower's log of this attempt, shown if it counts
+        handlers, propagate = flwr_log.handlers, flwr_log.propagate
+        flwr_log.handlers, flwr_log.propagate = [held], False
         try:
             once(sink)
         except Exception as raised:
             error = raised
+        finally:
+            flwr_log.handlers, flwr_log.propagate = handlers, propagate
         if sink or attempt == attempts:
+            for record in held.buffer:
+                flwr_log.handle(record)
             if error is not None:
                 raise error
             return sink

@@ -60,7 +60,7 @@ def stored_runs(results: Path) -> dict[str, list[Path]]:
 def read_hashes(results: Path) -> set[str]:
     """The hashes of the runs the notebooks' summaries list as read; ``ValueError`` where that cannot be known (no
     summary, a summary that does not record them, a damaged summary, an interrupted rekey)."""
-    return {h for hashes in read_by_notebook(results).values() for h in hashes}
+    return set().union(*read_by_notebook(results).values())
 
 
 def read_by_notebook(results: Path) -> dict[str, set[str]]:
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = stored_runs(args.results)
     young = sum(1 for h in runs if h not in read and h not in found)
-    missing = {name: len(hashes - set(runs)) for name, hashes in sorted(by_notebook.items()) if hashes - set(runs)}
+    stored = set(runs)
+    missing = {name: len(hashes - stored) for name, hashes in sorted(by_notebook.items()) if not hashes <= stored}
     size = sum(p.stat().st_size for h in found for p in runs[h])
     print(f"{len(found)} of {len(runs)} stored runs are read by no notebook ({size / 1e6:.1f} MB)")
     if young:
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         listed = "; ".join(f"{name}: {n}" + (f", stored in {ELSEWHERE[name]}" if name in ELSEWHERE else "")
                            for name, n in missing.items())
-        print(f"warning: the summaries list {len(read - set(runs))} runs that are not stored in {args.results} "
+        print(f"warning: the summaries list {len(read - stored)} runs that are not stored in {args.results} "
               f"({listed}); runs a notebook keeps in another results folder are never pruned from here",
               file=sys.stderr)
     if args.delete:

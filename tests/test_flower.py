@@ -341,3 +341,29 @@ def test_ray_and_papermill_import_no_parser_that_costs_seconds_in_every_process(
                              "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", f"importing Ray or papermill loads {loaded}: pin jsonschema<4.25 (pyproject.toml)"
+
+
+def test_the_processes_a_failed_attempt_left_running_are_stopped_before_the_next_one():
+    """A Ray node that timed out is not stopped by Ray (its GCS server and monitors, children of this process, ran
+    on and took the CPU the next start-up needed); `until_results` stops what the failed attempt started, and only
+    that: a process that ran before the attempt is left alone."""
+    from fedcompanion.flower.core import until_results
+
+    before = subprocess.Popen(["sleep", "60"])
+    started = []
+
+    def once(sink):
+        if started:
+            assert started[0].poll() is not None, "the failed attempt's process still runs in the next attempt"
+            sink.append("result")
+            return
+        started.append(subprocess.Popen(["sleep", "60"]))
+        raise RuntimeError("Simulation Runtime crashed.")
+
+    try:
+        assert until_results(once) == ["result"]
+        assert before.poll() is None, "a process from before the attempt was stopped"
+    finally:
+        for process in (before, *started):
+            process.kill()
+            process.wait()

@@ -22,6 +22,7 @@ from ..engine import LocalWork
 from ..experiments import METRICS, ExperimentConfig, build_task
 from ..infra.logs import LOGGER
 from ..infra.logs import configure as configure_logging
+from ..infra.processes import descendants, stop_tree
 from ..protocol import ActiveClients, RoundInfo, RunResult, State, Watch, floats
 from ..validation import ConfigError
 
@@ -302,11 +303,14 @@ def until_results(once, attempts: int = START_ATTEMPTS) -> list:
     the error and returns or raises it ("Simulation Runtime crashed"). A simulation that gave some results before it
     ended or failed ran after Ray started: it is not run again, and its error, if any, is raised. Flower's log of an
     attempt that is started again is dropped (its tracebacks of Ray's start-up, the builder's paths in them, would
-    otherwise show in a notebook's page); our warning says why it was started again."""
+    otherwise show in a notebook's page); our warning says why it was started again. The processes a failed attempt
+    left running (a node that timed out is not stopped by Ray: its GCS server and monitors ran on, taking the CPU the
+    next attempt's start-up needed) are stopped before the next one."""
     flwr_log = logging.getLogger("flwr")
     for attempt in range(1, attempts + 1):
         sink: list = []
         error = None
+        running = descendants([os.getpid()])
         held = logging.handlers.BufferingHandler(capacity=1 << 30)  # Flower's log of this attempt, shown if it counts
         handlers, propagate = flwr_log.handlers, flwr_log.propagate
         flwr_log.handlers, flwr_log.propagate = [held], False
@@ -328,6 +332,7 @@ def until_results(once, attempts: int = START_ATTEMPTS) -> list:
 
         if ray.is_initialized():
             ray.shutdown()
+        stop_tree(descendants([os.getpid()]) - running)
         logging.getLogger(__name__).warning("the Flower simulation is started again, %s (Ray's start-up timed out on "
                                             "a busy machine?): attempt %d of %d", why, attempt + 1, attempts)
     raise ValueError(f"attempts must be at least 1, got {attempts}")

@@ -147,6 +147,22 @@ def test_one_version_everywhere():
     assert project_version(ROOT / "examples" / "flower" / "pyproject.toml") == version, "examples/flower"
 
 
+def test_papermill_nbformat_and_ray_import_no_parser_that_costs_seconds_in_every_process():
+    """Every papermill or nbformat process and every Ray process (driver, monitors, both agents, each worker) imports
+    jsonschema; from 4.25 its format-nongpl extra (jupyter-events asks for it) brings rfc3987-syntax, whose import
+    builds a Lark parser: 2.6 s of CPU each, which made Ray's start-up about 3x longer (benchmarks/ray_startup.py)
+    and, on a busy 2-core machine, longer than the raylet waits for its agents (it crashed; the CI's Flower notebook
+    failed three attempts). The pin in pyproject.toml keeps it out; an environment that has it fails here."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    modules = ["papermill", "nbformat", *(["ray"] if importlib.util.find_spec("ray") else [])]
+    loaded = subprocess.run([sys.executable, "-c", f"import sys, {', '.join(modules)}; "
+                             "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", f"importing {', '.join(modules)} loads {loaded}: pin jsonschema<4.25 (pyproject.toml)"
+
 def test_citation_file_is_valid_cff():
     import jsonschema
     import yaml

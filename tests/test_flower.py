@@ -331,18 +331,6 @@ def test_flowers_log_of_an_attempt_started_again_is_dropped_and_the_kept_ones_sh
     assert collect not in flwr_log.handlers and calls == [1, 1, 1]
 
 
-def test_ray_and_papermill_import_no_parser_that_costs_seconds_in_every_process():
-    """Every Ray process (driver, GCS monitor, both agents, each worker) and every papermill or nbformat process
-    imports jsonschema; from 4.25 its format-nongpl extra (jupyter-events asks for it) brings rfc3987-syntax, whose
-    import builds a Lark parser: 2.6 s of CPU each, which made Ray's start-up 3x longer and, on a busy 2-core machine,
-    longer than the raylet waits for its agents (it crashed; the CI's Flower notebook failed three attempts). The pin
-    in pyproject.toml keeps it out; an environment that has it fails here."""
-    loaded = subprocess.run([sys.executable, "-c", "import sys, ray, papermill, nbformat; "
-                             "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    assert loaded == "[]", f"importing Ray or papermill loads {loaded}: pin jsonschema<4.25 (pyproject.toml)"
-
-
 def test_the_processes_a_failed_attempt_left_running_are_stopped_before_the_next_one():
     """A Ray node that timed out is not stopped by Ray (its GCS server and monitors, children of this process, ran
     on and took the CPU the next start-up needed); `until_results` stops what the failed attempt started, and only

@@ -3,9 +3,12 @@
     python tests/suite.py [--log-dir build/test-lanes]
 
 * **notebooks**: every notebook under papermill with the smoke profile (``pytest -m notebook``: the notebooks one per
-  core, as `make reproduce` runs them), the site built from those executed copies (``tests/test_site.py``), nbval
-  over them (``tests/nbval_parallel.py``: the marked outputs must come out identical, i.e. determinism), then a
-  smoke-sized subset of the committed figure runs recomputed and compared (``verify --subset smoke``, one thread).
+  core, as `make reproduce` runs them, from an empty cache in ``build/test-results``), the site built from those
+  executed copies (``tests/test_site.py``), nbval over them (``tests/nbval_parallel.py``: each copy executed again,
+  reading the runs and computed records the first execution stored, and its marked outputs must come out identical:
+  the notebooks' analysis is deterministic), one run of every method the smoke runs computed recomputed from scratch,
+  bit for bit (``verify --subset methods``: the runs are deterministic), then a smoke-sized subset of the committed
+  figure runs recomputed and compared (``verify --subset smoke``, one thread).
 * **units**: every other test (``pytest -m "not notebook"``, the site's left to the first lane), with one thread per
   process: the notebooks' lane keeps both cores busy for most of its time, and an oversubscribed MKL runs some
   solvers several times slower.
@@ -33,6 +36,8 @@ LANES = {
         [*PYTEST, "-m", "notebook"],
         ({"FEDCOMPANION_SITE_REQUIRED": "1"}, [*PYTEST, "tests/test_site.py"]),
         [sys.executable, "tests/nbval_parallel.py", "build/executed"],
+        (ONE_THREAD, [sys.executable, "-m", "fedcompanion.reproduction.verify", "--subset", "methods", "--results",
+                      "build/test-results"]),
         (ONE_THREAD, [sys.executable, "-m", "fedcompanion.reproduction.verify", "--subset", "smoke"]),
     ]),
     "units": (ONE_THREAD, [

@@ -19,9 +19,12 @@ def test_the_lanes_run_every_test_nbval_and_verify():
     assert any(c.endswith("tests/test_site.py") for c in commands)
     assert any("nbval_parallel.py build/executed" in c for c in commands)
     assert any("verify --subset smoke" in c for c in commands)
+    assert any("verify --subset methods --results build/test-results" in c for c in commands)
     notebooks = [" ".join(suite.command(s)[1]) for s in suite.LANES["notebooks"][1]]
     assert notebooks.index(next(c for c in notebooks if "-m notebook" in c)) < \
         notebooks.index(next(c for c in notebooks if "nbval" in c))  # nbval re-runs what the smoke runs wrote
+    assert notebooks.index(next(c for c in notebooks if "-m notebook" in c)) < \
+        notebooks.index(next(c for c in notebooks if "--subset methods" in c))  # and recomputes what they stored
 
 
 def test_a_failing_step_fails_the_suite_and_stops_its_lane(tmp_path, monkeypatch, capsys):

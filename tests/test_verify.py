@@ -115,3 +115,26 @@ def test_the_dtype_compared_is_the_builders_own_not_a_list_of_names():
     finally:
         TASKS.pop("mine-float64")
         TASKS.user.discard("mine-float64")
+
+
+def test_the_methods_subset_recomputes_one_run_of_each_method_and_fails_on_one_that_does_not_come_back(tmp_path):
+    """`make test`'s determinism check of the runs (``verify --subset methods --results build/test-results``): the
+    shortest run of every method is recomputed and must be bit-identical. Wrong: a check that reads the stored run
+    back (it would vouch for a history another config computed, as below)."""
+    import dataclasses
+
+    from fedcompanion.experiments import run_config, store
+    from fedcompanion.reproduction.verify import _stored, main, select
+
+    base = dict(task="least_squares", task_args=dict(num_clients=4, dim=3), clients_per_round=2, seed=0)
+    short, long_, prox = (ExperimentConfig(**base, algorithm="fedavg", rounds=2, lr=0.1),
+                          ExperimentConfig(**base, algorithm="fedavg", rounds=40, lr=0.1),
+                          ExperimentConfig(**base, algorithm="fedprox", rounds=2, lr=0.1))
+    sweep([short, long_, prox], tmp_path, jobs=1, progress=False)
+    chosen = select("methods", _stored(tmp_path))
+    assert sorted(m["config"]["algorithm"] for m in chosen) == ["fedavg", "fedprox"]
+    assert {m["config"]["rounds"] for m in chosen} == {2}  # the shortest of fedavg's two
+    assert main(["--subset", "methods", "--results", str(tmp_path)]) == 0
+    other = run_config(dataclasses.replace(short, lr=0.2))  # stored, and vouched for, as the short run's history
+    store(short, dataclasses.replace(other, history=other.history), tmp_path)
+    assert main(["--subset", "methods", "--results", str(tmp_path)]) == 1

@@ -1,5 +1,9 @@
 """Re-run a named subset of the committed figure runs from scratch and compare with the committed results:
-``python -m fedcompanion.reproduction.verify [--subset smoke|figures] [--results results]`` (``make verify``).
+``python -m fedcompanion.reproduction.verify [--subset smoke|figures|methods] [--results results]`` (``make verify``).
+
+``--subset methods --results build/test-results`` is `make test`'s determinism check of the runs: one run of every
+method (task, dataset, algorithm, engine, sampling) that the notebooks' smoke runs computed, its shortest, computed
+again on the same machine, which must be bit-identical.
 
 Every selected run is recomputed in a temporary folder with the code as it is now, through ``sweep`` as the
 notebooks run it (one torch thread per run: with the default thread count runs differ in the last bits), and
@@ -104,6 +108,20 @@ def _figure_subset(stored: list[dict]) -> list[dict]:
     return out
 
 
+def _method_subset(stored: list[dict]) -> list[dict]:
+    """One run per method (task, dataset, algorithm, engine, client sampling), the one that took the least time, so
+    that every method's arithmetic is computed twice."""
+    def method(meta: dict) -> tuple:
+        c = meta["config"]
+        return (c["task"], str(c["task_args"].get("dataset")), c["algorithm"], str(c.get("engine")),
+                json.dumps(c.get("sampling"), sort_keys=True))
+
+    fastest: dict[tuple, dict] = {}
+    for meta in sorted(stored, key=lambda m: (m.get("wall_time") or 0.0, m["_file"])):
+        fastest.setdefault(method(meta), meta)
+    return [fastest[key] for key in sorted(fastest)]
+
+
 def is_current(meta: dict) -> bool:
     """Whether a stored run was made by the code as it is now (its fingerprint is this code's for its config)."""
     try:
@@ -114,10 +132,12 @@ def is_current(meta: dict) -> bool:
 
 def select(subset: str, stored: list[dict]) -> list[dict]:
     """The stored runs of ``subset`` that the current code made (``smoke``: the first run matching each of its rules;
-    ``figures``: the figures' runs)."""
+    ``figures``: the figures' runs; ``methods``: the shortest run of every method)."""
     current = [m for m in stored if is_current(m)]
     if subset == "figures":
         return _figure_subset(current)
+    if subset == "methods":
+        return _method_subset(current)
     chosen = []
     for rule in SUBSETS[subset]:
         hits = [m for m in current if rule(m["config"], m)]
@@ -249,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m fedcompanion.reproduction.verify``: recompute and compare, or compare two results folders; the exit
     status says whether every run was vouched for."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--subset", choices=[*SUBSETS, "figures"], default="smoke")
+    parser.add_argument("--subset", choices=[*SUBSETS, "figures", "methods"], default="smoke")
     parser.add_argument("--results", default=str(ROOT / "results"))
     parser.add_argument("--compare", metavar="OTHER", help="another results folder: count the runs of --results "
                         "whose history is bit-identical to the same config's run there")
@@ -269,12 +289,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  DAMAGED, left out: {line}")
     chosen = select(args.subset, stored)
     stale = [m for m in stored if not is_current(m)]
-    wanted = len(SUBSETS.get(args.subset, [])) if args.subset != "figures" else 1
-    print(f"{len(stored)} committed runs, {len(stale)} made by other code (each run's fingerprint covers the code "
+    wanted = len(SUBSETS.get(args.subset, [])) if args.subset in SUBSETS else 1
+    print(f"{len(stored)} runs in {results}, {len(stale)} made by other code (each run's fingerprint covers the code "
           "it executes)")
     if len(chosen) < wanted:
-        print(f"error: the committed results hold only {len(chosen)} of the {wanted} runs of subset "
-              f"{args.subset!r} for this code: run `make reproduce` and commit results/", file=sys.stderr)
+        print(f"error: {results} holds only {len(chosen)} of the {wanted} runs of subset {args.subset!r} for this "
+              "code: run `make reproduce` (and commit results/)", file=sys.stderr)
         return 1
     failures, reported = 0, set()
     with terminate_as_exit(), tempfile.TemporaryDirectory() as tmp:

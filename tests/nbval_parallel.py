@@ -6,7 +6,8 @@ kernel with one thread), the notebooks dealt longest first; `make test` runs it 
 Each notebook is re-run in a kernel of its own and its outputs marked ``# NBVAL_CHECK_OUTPUT`` must come out as the
 smoke run printed them (determinism). The copies' parameters say ``refresh = False`` and name the smoke runs' results
 folder, so the second execution reads the runs and computed records the first stored (about a fifth of its time);
-that the runs themselves come out the same is `verify --subset methods`' check (tests/suite.py). Exits non-zero if any process failed, after printing every process's output.
+that the runs themselves come out the same is `verify --subset methods`' check (tests/suite.py). Exits non-zero if
+any process failed, after printing every process's output.
 """
 from __future__ import annotations
 

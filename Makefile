@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml
 env: $(STAMP)
 
 # Everything, in two lanes side by side (tests/suite.py): every notebook under papermill with the smoke profile (one
-# per core, as `make reproduce` runs them), the site from those copies, then nbval over them, requiring the marked
-# outputs to come out identical (determinism); beside it, every other test (Flower included, one thread) and then a
-# smoke-sized subset of the committed figure runs recomputed and compared (verify).
+# per core, as `make reproduce` runs them, from an empty cache), the site from those copies, then nbval over them
+# (reading the runs they stored), requiring the marked outputs to come out identical, one run of every method
+# recomputed bit for bit (determinism) and a smoke-sized subset of the committed figure runs recomputed and compared
+# (verify); beside it, every other test (Flower included, one thread).
 test: $(STAMP)
 	$(BIN)/python tests/suite.py
 
